@@ -1,0 +1,35 @@
+# Every target sets up .venv itself; `make demo` and `make test` are all a newcomer needs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint unit e2e bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)  ## the main job on the built-in model: span tree + spans file, no server
+	$(BIN)/otel-ort demo
+
+test: lint unit e2e  ## everything CI runs, fast stage first
+
+lint: $(STAMP)  ## fast stage, part 1: ruff (lint + format) and mypy
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+unit: $(STAMP)  ## fast stage, part 2: in-process tests (seconds)
+	$(BIN)/pytest -m "not e2e" -q
+
+e2e: $(STAMP)  ## slow end-to-end stage: subprocesses, opentelemetry-instrument, OTLP over sockets
+	$(BIN)/pytest -m e2e -q
+
+bench: $(STAMP)  ## overhead of an unprofiled run against bare ORT
+	$(BIN)/python bench/run_overhead.py
+
+clean:
+	rm -rf $(VENV) otel-ort-demo .pytest_cache .mypy_cache .ruff_cache

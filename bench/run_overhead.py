@@ -1,0 +1,154 @@
+"""Cost of instrumenting an unprofiled run, measured against bare ORT in the same process.
+
+    make bench            (or: .venv/bin/python bench/run_overhead.py [--rounds R] [--calls N])
+
+Each iteration times, in rotating order, calls that differ only in what is measured, so the
+machine's drift hits them alike; a difference is taken per iteration and its median reported:
+  bare          the original ``Session.run``, not instrumented
+  by hand       bare run + only the OTel SDK calls the instrumentation must make per run:
+                one span with its attributes (start, set_attributes, end), one histogram record
+  instrumented  ``session.run`` through otel-ort, same SDK providers (BatchSpanProcessor with
+                a null exporter, SDK MeterProvider)
+  noop          ``session.run`` through otel-ort with no-op tracer and meter providers
+Own cost = instrumented - by hand. Targets: own cost <= 5 us; noop - bare <= 2 us.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnxruntime as ort
+from onnxruntime.capi.onnxruntime_inference_collection import Session
+from opentelemetry.metrics import NoOpMeterProvider
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import NoOpTracerProvider, SpanKind
+
+from otel_ort import OrtInstrumentor, semconv
+from otel_ort.demo_model import mlp_model
+from otel_ort.feeds import describe_feeds
+from otel_ort.metrics import run_duration_histogram
+from otel_ort.session_facts import facts_for
+
+
+class NullExporter(SpanExporter):
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+def paired(calls: dict[str, Callable[[], object]], iterations: int) -> dict[str, list[int]]:
+    """Time each call once per iteration, rotating the order; ns per call, per name."""
+    clock = time.perf_counter_ns
+    names = list(calls)
+    samples: dict[str, list[int]] = {name: [] for name in names}
+    for i in range(iterations):
+        for k in range(len(names)):
+            name = names[(i + k) % len(names)]
+            call = calls[name]
+            t0 = clock()
+            call()
+            samples[name].append(clock() - t0)
+    return samples
+
+
+def median_us(values: Sequence[float]) -> float:
+    return statistics.median(values) / 1000
+
+
+def median_diff_us(a: Sequence[int], b: Sequence[int]) -> float:
+    return statistics.median(x - y for x, y in zip(a, b, strict=True)) / 1000
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--calls", type=int, default=3000, help="iterations per round")
+    args = parser.parse_args(argv)
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(mlp_model(width=16, depth=1), options)
+    feed = {"x": np.ones((1, 16), np.float32)}
+    original_run = Session.run
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(NullExporter(), max_queue_size=65536))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    tracer = tracer_provider.get_tracer("bench")
+    histogram = run_duration_histogram(meter_provider.get_meter("bench"))
+    facts = facts_for(session)
+    run_attributes = {
+        semconv.RUN_METHOD: "run",
+        semconv.RUN_INPUTS: describe_feeds(feed.items(), len(feed)),
+    }
+
+    def bare() -> object:
+        return original_run(session, None, feed)
+
+    def by_hand() -> object:
+        span = tracer.start_span(
+            semconv.SPAN_RUN, kind=SpanKind.INTERNAL, attributes=facts.run_attributes
+        )
+        span.set_attributes(run_attributes)
+        result = original_run(session, None, feed)
+        span.end()
+        histogram.record(1e-5, facts.metric_attributes)
+        return result
+
+    def instrumented() -> object:
+        return session.run(None, feed)
+
+    instrumentor = OrtInstrumentor()
+    setups = {
+        "sdk": ({"bare": bare, "by hand": by_hand, "instrumented": instrumented}, tracer_provider,
+                meter_provider),
+        "noop": ({"bare": bare, "noop": instrumented}, NoOpTracerProvider(), NoOpMeterProvider()),
+    }  # fmt: skip
+    samples: dict[str, list[int]] = {}
+    for _ in range(500):
+        bare()
+    for done in range(args.rounds):
+        for setup, (calls, tracers, meters) in setups.items():
+            instrumentor.instrument(tracer_provider=tracers, meter_provider=meters)
+            paired(calls, 100)  # warm-up after switching
+            for name, values in paired(calls, args.calls).items():
+                samples.setdefault(f"{setup}/{name}", []).extend(values)
+            instrumentor.uninstrument()
+        print(f"\rround {done + 1}/{args.rounds}", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    tracer_provider.shutdown()
+
+    bare_us = median_us(samples["sdk/bare"])
+    own = median_diff_us(samples["sdk/instrumented"], samples["sdk/by hand"])
+    noop = median_diff_us(samples["noop/noop"], samples["noop/bare"])
+    rows = [
+        ("bare ORT run", bare_us, ""),
+        ("bare run + SDK calls by hand", median_us(samples["sdk/by hand"]), ""),
+        ("instrumented run (SDK providers)", median_us(samples["sdk/instrumented"]), ""),
+        ("instrumented run (no-op providers)", median_us(samples["noop/noop"]), ""),
+        ("SDK calls (by hand - bare)", median_diff_us(samples["sdk/by hand"], samples["sdk/bare"]),
+         ""),
+        ("otel-ort's own cost (instrumented - by hand)", own, "target <= 5 us"),
+        ("total overhead, no-op providers (noop - bare)", noop, "target <= 2 us"),
+    ]  # fmt: skip
+    n = args.rounds * args.calls
+    print(f"\nunprofiled run of a 1-layer MLP; medians over {n} iterations, differences paired\n")
+    print(f"| {'measure':<46} | {'us':>8} | {'x bare':>7} | {'target':<14} |")
+    print(f"|{'-' * 48}|{'-' * 9}:|{'-' * 8}:|{'-' * 16}|")
+    for label, value, target in rows:
+        ratio = f"{value / bare_us:.2f}x"
+        print(f"| {label:<46} | {value:8.2f} | {ratio:>7} | {target:<14} |")
+    verdict = {True: "met", False: "MISSED"}
+    print(f"\nown cost target {verdict[own <= 5.0]}; no-op target {verdict[noop <= 2.0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

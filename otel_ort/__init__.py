@@ -1,0 +1,10 @@
+"""otel-ort: OpenTelemetry instrumentation and sampling profiler for ONNX Runtime.
+
+>>> from otel_ort import OrtInstrumentor
+>>> OrtInstrumentor().instrument()   # every InferenceSession run becomes a span
+"""
+
+from otel_ort.instrumentation import OrtInstrumentor
+from otel_ort.version import __version__
+
+__all__ = ["OrtInstrumentor", "__version__"]

@@ -1,0 +1,61 @@
+"""Span exporters otel-ort adds to the SDK's: OTLP/JSON lines written to a local file."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+
+
+class OtlpJsonFileSpanExporter(SpanExporter):
+    """Append each batch as one line of OTLP/JSON (an ``ExportTraceServiceRequest``).
+
+    The format is the OpenTelemetry Collector's ``file`` exporter's and the one its
+    ``otlpjsonfile`` receiver reads back: ids in hex, enums as integers, camelCase keys.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self._lock = threading.Lock()
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in shutdown)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        request = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+        for resource_spans in request.get("resourceSpans", ()):
+            for scope_spans in resource_spans.get("scopeSpans", ()):
+                for span in scope_spans.get("spans", ()):
+                    _ids_to_hex(span)
+                    for link in span.get("links", ()):
+                        _ids_to_hex(link)
+        line = json.dumps(request, separators=(",", ":"))
+        with self._lock:
+            if self._file.closed:
+                return SpanExportResult.FAILURE
+            self._file.write(line + "\n")
+            self._file.flush()
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+def _ids_to_hex(item: dict[str, Any]) -> None:
+    # protobuf's JSON mapping writes bytes as base64; OTLP/JSON wants lowercase hex
+    for field in _ID_FIELDS:
+        if field in item:
+            item[field] = _base64_to_hex(item[field])
+
+
+def _base64_to_hex(value: str) -> str:
+    return base64.b64decode(value).hex()

@@ -1,0 +1,119 @@
+"""What otel-ort knows about an ``InferenceSession``, computed once per session.
+
+The facts are cached on the session object and recomputed only when ORT re-creates the
+underlying C++ session (``set_providers`` or the EP fallback), which it marks by building
+a new ``_providers`` list: the cache keeps that list and compares by identity, one pointer
+compare per run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.util.types import AttributeValue
+
+from otel_ort import semconv
+
+_logger = logging.getLogger(__name__)
+
+_CACHE_ATTR = "_otel_ort_facts"
+_SESSION_IDS = itertools.count(1)
+_PROCESS_TAG = uuid.uuid4().hex[:8]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFacts:
+    """Attributes shared by every span and measurement of one session."""
+
+    providers_list: object
+    """ORT's ``_providers`` list when the facts were taken; a new list means a new C++ session."""
+    session_attributes: Mapping[str, AttributeValue]
+    """For the session-construction span."""
+    run_attributes: Mapping[str, AttributeValue]
+    """For every run span of the session."""
+    metric_attributes: Mapping[str, AttributeValue]
+    """For the run-duration histogram (low cardinality)."""
+
+
+UNKNOWN_SESSION = SessionFacts(
+    None,
+    {semconv.MODEL_PATH: "unknown"},
+    {semconv.MODEL_PATH: "unknown", semconv.RUN_PROFILED: False},
+    {semconv.MODEL_PATH: "unknown", semconv.RUN_PROFILED: False},
+)
+"""Stand-in for a session otel-ort failed to describe."""
+
+
+def facts_for(session: Any) -> SessionFacts:
+    """Return the cached facts of ``session``, computing them on first use."""
+    facts: SessionFacts | None = session.__dict__.get(_CACHE_ATTR)
+    if facts is None or facts.providers_list is not getattr(session, "_providers", None):
+        facts = _collect(session)
+        session.__dict__[_CACHE_ATTR] = facts
+    return facts
+
+
+def model_label(session: Any) -> str:
+    """The model's path as given to ORT, or ``bytes:sha256:<16 hex>`` for in-memory models.
+
+    The hash covers the whole serialized model, so the label is stable across processes
+    and hosts; it costs about 2 ms per MB, once per session.
+    """
+    path = getattr(session, "_model_path", None)
+    if path:
+        return str(path)
+    data = getattr(session, "_model_bytes", None)
+    if isinstance(data, bytes | bytearray | memoryview):
+        digest = hashlib.sha256(data, usedforsecurity=False).hexdigest()[:16]
+        return f"bytes:sha256:{digest}"
+    return "unknown"
+
+
+def _collect(session: Any) -> SessionFacts:
+    model = model_label(session)
+    providers = tuple(str(p) for p in session.get_providers())
+    primary = providers[0] if providers else "unknown"
+    shared: dict[str, AttributeValue] = {
+        semconv.MODEL_PATH: model,
+        semconv.SESSION_PROVIDERS: providers,
+        semconv.SESSION_ID: f"{_PROCESS_TAG}-{os.getpid()}-{next(_SESSION_IDS)}",
+    }
+    try:
+        meta = session.get_modelmeta()
+        shared[semconv.MODEL_GRAPH_NAME] = str(meta.graph_name)
+        if meta.producer_name:
+            shared[semconv.MODEL_PRODUCER] = str(meta.producer_name)
+    except Exception:  # a session ORT cannot describe still gets its spans
+        _logger.debug("could not read model metadata of %s", model, exc_info=True)
+    session_only = dict(shared)
+    session_only.update(_options_attributes(session))
+    run = dict(shared)
+    run[semconv.RUN_PROFILED] = False
+    metric: dict[str, AttributeValue] = {
+        semconv.MODEL_PATH: model,
+        semconv.SESSION_PROVIDER: primary,
+        semconv.RUN_PROFILED: False,
+    }
+    return SessionFacts(getattr(session, "_providers", None), session_only, run, metric)
+
+
+def _options_attributes(session: Any) -> dict[str, AttributeValue]:
+    import onnxruntime
+
+    attributes: dict[str, AttributeValue] = {semconv.ONNXRUNTIME_VERSION: onnxruntime.__version__}
+    try:
+        options = session.get_session_options()
+        attributes[semconv.SESSION_GRAPH_OPTIMIZATION_LEVEL] = options.graph_optimization_level.name
+        attributes[semconv.SESSION_EXECUTION_MODE] = options.execution_mode.name
+        attributes[semconv.SESSION_INTRA_OP_NUM_THREADS] = int(options.intra_op_num_threads)
+        attributes[semconv.SESSION_INTER_OP_NUM_THREADS] = int(options.inter_op_num_threads)
+    except Exception:
+        _logger.debug("could not read session options", exc_info=True)
+    return attributes

@@ -1,0 +1,3 @@
+"""Version of the otel-ort distribution."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,68 @@
+"""Fixtures: in-memory SDK providers, an instrumented ORT, and real models on disk."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_ort import OrtInstrumentor
+from otel_ort.demo_model import mlp_model
+
+
+class Telemetry:
+    """What an instrumented test produced: finished spans and metric points."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.metric_reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.metric_reader])
+
+    def spans(self, name: str | None = None) -> list[ReadableSpan]:
+        return [s for s in self.exporter.get_finished_spans() if name is None or s.name == name]
+
+    def points(self, metric_name: str) -> list:
+        data = self.metric_reader.get_metrics_data()
+        points = []
+        for resource_metrics in data.resource_metrics if data else ():
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    if metric.name == metric_name:
+                        points.extend(metric.data.data_points)
+        return points
+
+
+@pytest.fixture
+def telemetry() -> Telemetry:
+    return Telemetry()
+
+
+@pytest.fixture
+def instrumented(telemetry: Telemetry) -> Iterator[Telemetry]:
+    """ORT instrumented with in-memory providers; uninstrumented afterwards."""
+    instrumentor = OrtInstrumentor()
+    instrumentor.instrument(
+        tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider
+    )
+    yield telemetry
+    instrumentor.uninstrument()
+
+
+@pytest.fixture(scope="session")
+def mlp_bytes() -> bytes:
+    return mlp_model(width=32, depth=2)
+
+
+@pytest.fixture(scope="session")
+def mlp_path(tmp_path_factory: pytest.TempPathFactory, mlp_bytes: bytes) -> Path:
+    path = tmp_path_factory.mktemp("models") / "mlp.onnx"
+    path.write_bytes(mlp_bytes)
+    return path

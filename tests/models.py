@@ -1,0 +1,45 @@
+"""Small real ONNX models built with onnx.helper for the tests."""
+
+from __future__ import annotations
+
+from onnx import TensorProto, helper
+
+
+def numeric_types_model() -> bytes:
+    """Inputs of four element types (float, int64, bool, float16), each through an op of its own."""
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]),
+        helper.make_tensor_value_info("i", TensorProto.INT64, ["n"]),
+        helper.make_tensor_value_info("b", TensorProto.BOOL, ["n"]),
+        helper.make_tensor_value_info("h", TensorProto.FLOAT16, ["n"]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("relu", TensorProto.FLOAT, ["n"]),
+        helper.make_tensor_value_info("neg", TensorProto.INT64, ["n"]),
+        helper.make_tensor_value_info("not", TensorProto.BOOL, ["n"]),
+        helper.make_tensor_value_info("half", TensorProto.FLOAT16, ["n"]),
+    ]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["relu"], name="relu"),
+        helper.make_node("Neg", ["i"], ["neg"], name="neg"),
+        helper.make_node("Not", ["b"], ["not"], name="not"),
+        helper.make_node("Abs", ["h"], ["half"], name="abs"),
+    ]
+    return _serialize(helper.make_graph(nodes, "numeric", inputs, outputs))
+
+
+def string_model() -> bytes:
+    """A string tensor in, the same out (OrtValues cannot hold strings, so only some run APIs)."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["s"], ["same"], name="same")],
+        "strings",
+        [helper.make_tensor_value_info("s", TensorProto.STRING, ["n"])],
+        [helper.make_tensor_value_info("same", TensorProto.STRING, ["n"])],
+    )
+    return _serialize(graph)
+
+
+def _serialize(graph: object) -> bytes:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    data: bytes = model.SerializeToString()
+    return data

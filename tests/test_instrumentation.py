@@ -1,0 +1,449 @@
+"""Run spans and metrics from real ORT sessions on real models."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnxruntime.capi import onnxruntime_inference_collection as collection
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument, NoSuchFile
+from opentelemetry import trace
+from opentelemetry.instrumentation.utils import suppress_instrumentation
+from opentelemetry.trace import SpanKind, StatusCode
+
+from otel_ort import OrtInstrumentor, semconv, session_facts
+from tests.conftest import Telemetry
+from tests.models import numeric_types_model, string_model
+
+X = np.arange(4 * 32, dtype=np.float32).reshape(4, 32) / 100
+
+
+def cpu_session(model: Path | bytes) -> ort.InferenceSession:
+    return ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+
+
+def test_run_span_attributes(instrumented: Telemetry, mlp_path: Path) -> None:
+    session = cpu_session(mlp_path)
+    session.run(None, {"x": X})
+
+    (span,) = instrumented.spans(semconv.SPAN_RUN)
+    assert span.kind is SpanKind.INTERNAL
+    assert span.status.status_code is StatusCode.UNSET
+    attributes = dict(span.attributes or {})
+    assert attributes[semconv.MODEL_PATH] == str(mlp_path)
+    assert attributes[semconv.MODEL_GRAPH_NAME] == "mlp_2x32"
+    assert attributes[semconv.MODEL_PRODUCER] == "otel-ort"
+    assert attributes[semconv.SESSION_PROVIDERS] == ("CPUExecutionProvider",)
+    assert attributes[semconv.RUN_INPUTS] == ("x:float32[4,32]",)
+    assert attributes[semconv.RUN_METHOD] == "run"
+    assert attributes[semconv.RUN_PROFILED] is False
+
+
+def test_run_span_is_child_of_current_span(instrumented: Telemetry, mlp_path: Path) -> None:
+    session = cpu_session(mlp_path)
+    tracer = instrumented.tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span("request") as request:
+        session.run(None, {"x": X})
+    (span,) = instrumented.spans(semconv.SPAN_RUN)
+    assert span.parent is not None
+    assert span.parent.span_id == request.get_span_context().span_id
+    assert span.context.trace_id == request.get_span_context().trace_id
+
+
+def test_session_span_and_facts_computed_once(
+    instrumented: Telemetry, mlp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    collected = []
+    collect = session_facts._collect
+    monkeypatch.setattr(session_facts, "_collect", lambda s: collected.append(s) or collect(s))
+    session = cpu_session(mlp_path)
+    for _ in range(3):
+        session.run(None, {"x": X})
+    (created,) = instrumented.spans(semconv.SPAN_SESSION_CREATE)
+    assert created.attributes[semconv.MODEL_PATH] == str(mlp_path)
+    assert created.attributes[semconv.ONNXRUNTIME_VERSION] == ort.__version__
+    assert created.attributes[semconv.SESSION_GRAPH_OPTIMIZATION_LEVEL] == "ORT_ENABLE_ALL"
+    runs = instrumented.spans(semconv.SPAN_RUN)
+    session_ids = {run.attributes[semconv.SESSION_ID] for run in runs}
+    assert session_ids == {created.attributes[semconv.SESSION_ID]}
+    assert collected == [session]  # once, at construction; never per run
+
+
+def test_session_creation_failure_is_recorded_and_reraised(
+    instrumented: Telemetry, tmp_path: Path
+) -> None:
+    missing = tmp_path / "missing.onnx"
+    with pytest.raises(NoSuchFile) as raised:
+        cpu_session(missing)
+    (created,) = instrumented.spans(semconv.SPAN_SESSION_CREATE)
+    assert created.status.status_code is StatusCode.ERROR
+    assert created.attributes[semconv.ERROR_TYPE] == "NoSuchFile"
+    assert created.attributes[semconv.MODEL_PATH] == str(missing)
+    assert str(missing) in str(raised.value)
+
+
+def test_model_given_as_bytes_gets_a_stable_label(instrumented: Telemetry, mlp_bytes: bytes) -> None:
+    for _ in range(2):
+        cpu_session(mlp_bytes).run(None, {"x": X})
+    labels = {span.attributes[semconv.MODEL_PATH] for span in instrumented.spans(semconv.SPAN_RUN)}
+    (label,) = labels
+    assert label.startswith("bytes:sha256:")
+
+
+def test_sessions_created_before_instrument_are_covered(
+    telemetry: Telemetry, mlp_path: Path
+) -> None:
+    session = cpu_session(mlp_path)
+    instrumentor = OrtInstrumentor()
+    instrumentor.instrument(
+        tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider
+    )
+    try:
+        session.run(None, {"x": X})
+    finally:
+        instrumentor.uninstrument()
+    (span,) = telemetry.spans(semconv.SPAN_RUN)
+    assert span.attributes[semconv.MODEL_PATH] == str(mlp_path)
+    assert telemetry.spans(semconv.SPAN_SESSION_CREATE) == []
+
+
+def test_failing_run_reraises_ort_exception_unchanged(
+    instrumented: Telemetry, mlp_path: Path
+) -> None:
+    session = cpu_session(mlp_path)
+    bad = {"x": np.zeros((2, 5), np.float32)}
+    with pytest.raises(InvalidArgument) as instrumented_error:
+        session.run(None, bad)
+    OrtInstrumentor().uninstrument()
+    try:
+        with pytest.raises(InvalidArgument) as bare_error:
+            session.run(None, bad)
+    finally:
+        OrtInstrumentor().instrument(
+            tracer_provider=instrumented.tracer_provider,
+            meter_provider=instrumented.meter_provider,
+        )
+    assert type(instrumented_error.value) is type(bare_error.value)
+    assert str(instrumented_error.value) == str(bare_error.value)
+
+    (span,) = instrumented.spans(semconv.SPAN_RUN)
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes[semconv.ERROR_TYPE] == "InvalidArgument"
+    (event,) = span.events
+    assert event.name == "exception"
+    assert event.attributes["exception.message"] == str(bare_error.value)
+
+
+MIXED_FEED = {
+    "x": np.array([-1.5, 0.0, 2.25], np.float32),
+    "i": np.array([1, -2, 3], np.int64),
+    "b": np.array([True, False, True]),
+    "h": np.array([-1.0, 0.5, 65504.0], np.float16),
+}
+STRING_FEED = {"s": np.array(["a", "bé", ""], dtype=object)}
+
+
+def outputs_by_every_method(session: ort.InferenceSession) -> list[list[np.ndarray]]:
+    """Outputs of run, run_with_ort_values, run_with_iobinding, run_with_ortvaluevector,
+    run_async (numeric model), then run and run_async on the string model."""
+    feed = MIXED_FEED
+    results = [session.run(None, feed)]
+    ort_values = {name: ort.OrtValue.ortvalue_from_numpy(value) for name, value in feed.items()}
+    results.append([v.numpy() for v in session.run_with_ort_values(None, ort_values)])
+
+    binding = session.io_binding()
+    for name, value in feed.items():
+        binding.bind_cpu_input(name, value)
+    for output in session.get_outputs():
+        binding.bind_output(output.name)
+    session.run_with_iobinding(binding)
+    results.append(binding.copy_outputs_to_cpu())
+
+    names = [o.name for o in session.get_outputs()]
+    feeds = collection.C.OrtValueVector()
+    for value in ort_values.values():
+        feeds.push_back(value._ortvalue)
+    fetches = collection.C.OrtValueVector()
+    cpu = collection.C.OrtDevice(
+        collection.C.OrtDevice.cpu(), collection.C.OrtDevice.default_memory(), 0
+    )
+    session.run_with_ortvaluevector(
+        ort.RunOptions(), list(feed), feeds, names, fetches, [cpu] * len(names)
+    )
+    results.append([fetches[k].numpy() for k in range(len(names))])
+
+    results.append(run_async_and_wait(session, feed))
+    strings = cpu_session(string_model())
+    results += [strings.run(None, STRING_FEED), run_async_and_wait(strings, STRING_FEED)]
+    return results
+
+
+def run_async_and_wait(session: ort.InferenceSession, feed: dict) -> list[np.ndarray]:
+    done = threading.Event()
+    async_results: list[list[np.ndarray]] = []
+
+    def callback(outputs: list[np.ndarray], user_data: object, err: str) -> None:
+        assert not err, err
+        async_results.append(outputs)
+        done.set()
+
+    session.run_async(None, feed, callback, None)
+    assert done.wait(10)
+    return async_results[0]
+
+
+def assert_bitwise_equal(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    assert len(a) == len(b)
+    for left, right in zip(a, b, strict=True):
+        assert left.dtype == right.dtype and left.shape == right.shape
+        if left.dtype == object:
+            assert left.tolist() == right.tolist()
+        else:
+            assert left.tobytes() == right.tobytes()
+
+
+def test_outputs_bitwise_identical_for_every_run_method(telemetry: Telemetry) -> None:
+    session = cpu_session(numeric_types_model())
+    bare = outputs_by_every_method(session)
+    instrumentor = OrtInstrumentor()
+    instrumentor.instrument(
+        tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider
+    )
+    try:
+        traced = outputs_by_every_method(session)
+    finally:
+        instrumentor.uninstrument()
+    for bare_outputs, traced_outputs in zip(bare, traced, strict=True):
+        assert_bitwise_equal(bare_outputs, traced_outputs)
+    spans = telemetry.spans(semconv.SPAN_RUN)
+    methods = [span.attributes[semconv.RUN_METHOD] for span in spans]
+    assert methods == [
+        "run",
+        "run_with_ort_values",
+        "run_with_iobinding",
+        "run_with_ortvaluevector",
+        "run_async",
+        "run",
+        "run_async",
+    ]
+    inputs = [span.attributes.get(semconv.RUN_INPUTS) for span in spans]
+    numeric = ("x:float32[3]", "i:int64[3]", "b:bool[3]", "h:float16[3]")
+    assert inputs == [numeric, numeric, None, numeric, numeric, ("s:object[3]",), ("s:object[3]",)]
+    # an IOBinding's inputs cannot be read without copying them: no inputs attribute
+
+
+def test_run_async_span_ends_in_callback_and_keeps_caller_context(
+    instrumented: Telemetry, mlp_path: Path
+) -> None:
+    session = cpu_session(mlp_path)
+    tracer = instrumented.tracer_provider.get_tracer("test")
+    seen: dict[str, object] = {}
+    done = threading.Event()
+
+    def callback(outputs: list[np.ndarray], user_data: object, err: str) -> None:
+        seen["span"] = trace.get_current_span().get_span_context().span_id
+        seen["ended_before_callback"] = len(instrumented.spans(semconv.SPAN_RUN)) == 1
+        seen["user_data"] = user_data
+        done.set()
+
+    with tracer.start_as_current_span("request") as request:
+        session.run_async(None, {"x": X}, callback, "payload")
+    assert done.wait(10)
+    assert seen == {
+        "span": request.get_span_context().span_id,
+        "ended_before_callback": True,
+        "user_data": "payload",
+    }
+
+
+def test_run_async_failure_reported_by_callback(instrumented: Telemetry, mlp_path: Path) -> None:
+    session = cpu_session(mlp_path)
+    errors: list[str] = []
+    done = threading.Event()
+
+    def callback(outputs: list[np.ndarray], user_data: object, err: str) -> None:
+        errors.append(err)
+        done.set()
+
+    session.run_async(None, {"x": np.zeros((1, 2, 3), np.float32)}, callback, None)
+    assert done.wait(10)
+    (span,) = instrumented.spans(semconv.SPAN_RUN)
+    assert errors and errors[0]
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == errors[0]
+    assert span.attributes[semconv.ERROR_TYPE] == "_OTHER"
+
+
+def test_instrument_uninstrument_instrument(telemetry: Telemetry, mlp_path: Path) -> None:
+    session = cpu_session(mlp_path)
+    instrumentor = OrtInstrumentor()
+    providers = {
+        "tracer_provider": telemetry.tracer_provider,
+        "meter_provider": telemetry.meter_provider,
+    }
+    instrumentor.instrument(**providers)
+    session.run(None, {"x": X})
+    instrumentor.uninstrument()
+    assert not hasattr(collection.Session.run, "__wrapped__")
+    session.run(None, {"x": X})
+    assert len(telemetry.spans(semconv.SPAN_RUN)) == 1  # nothing after uninstrument
+
+    instrumentor.instrument(**providers)
+    try:
+        assert not hasattr(collection.Session.run.__wrapped__, "__wrapped__")  # wrapped once
+        session.run(None, {"x": X})
+    finally:
+        instrumentor.uninstrument()
+    assert len(telemetry.spans(semconv.SPAN_RUN)) == 2
+
+
+def test_suppress_instrumentation_is_honoured(instrumented: Telemetry, mlp_path: Path) -> None:
+    session = cpu_session(mlp_path)
+    with suppress_instrumentation():
+        session.run(None, {"x": X})
+        cpu_session(mlp_path)
+    assert [span.name for span in instrumented.spans()] == [semconv.SPAN_SESSION_CREATE]
+    assert instrumented.points(semconv.METRIC_RUN_DURATION) == []
+
+
+def test_hooks_receive_span_session_feeds_and_outputs(telemetry: Telemetry, mlp_path: Path) -> None:
+    calls: list[tuple[str, object, object, object]] = []
+
+    def request_hook(span, session, feeds) -> None:
+        calls.append(("request", span, session, feeds))
+        span.set_attribute("app.tenant", "blue")
+
+    def response_hook(span, session, outputs) -> None:
+        calls.append(("response", span, session, outputs))
+
+    instrumentor = OrtInstrumentor()
+    instrumentor.instrument(
+        tracer_provider=telemetry.tracer_provider,
+        meter_provider=telemetry.meter_provider,
+        request_hook=request_hook,
+        response_hook=response_hook,
+    )
+    try:
+        session = cpu_session(mlp_path)
+        feed = {"x": X}
+        outputs = session.run(None, feed)
+    finally:
+        instrumentor.uninstrument()
+    (span,) = telemetry.spans(semconv.SPAN_RUN)
+    assert span.attributes["app.tenant"] == "blue"
+    assert [c[0] for c in calls] == ["request", "response"]
+    assert calls[0][2] is session and calls[0][3] is feed
+    assert calls[1][2] is session and calls[1][3] is outputs
+
+
+def test_failing_hooks_never_break_the_run(
+    telemetry: Telemetry, mlp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(span, session, data) -> None:
+        raise RuntimeError("hook bug")
+
+    instrumentor = OrtInstrumentor()
+    instrumentor.instrument(
+        tracer_provider=telemetry.tracer_provider,
+        meter_provider=telemetry.meter_provider,
+        request_hook=broken,
+        response_hook=broken,
+    )
+    try:
+        session = cpu_session(mlp_path)
+        outputs = session.run(None, {"x": X})
+    finally:
+        instrumentor.uninstrument()
+    assert outputs[0].shape == (4, 32)
+    assert len(telemetry.spans(semconv.SPAN_RUN)) == 1
+    hooks = [r.getMessage() for r in caplog.records if r.exc_info and "hook bug" in str(r.exc_info[1])]
+    assert hooks == [
+        "otel-ort: request_hook raised; the run is unaffected",
+        "otel-ort: response_hook raised; the run is unaffected",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"tracer_provder": None}, ValueError, "unknown option(s) 'tracer_provder'"),
+        ({"tracer_provider": "tp"}, TypeError, "tracer_provider=...) must be an opentelemetry"),
+        ({"meter_provider": object()}, TypeError, "meter_provider=...) must be an opentelemetry"),
+        ({"request_hook": 3}, TypeError, "request_hook=...) must be a callable"),
+        ({"response_hook": "f"}, TypeError, "response_hook=...) must be a callable"),
+    ],
+)
+def test_bad_options_fail_at_instrument(options: dict, error: type, message: str) -> None:
+    instrumentor = OrtInstrumentor()
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+        instrumentor.instrument(**options)
+    assert not instrumentor.is_instrumented_by_opentelemetry
+    assert not hasattr(collection.Session.run, "__wrapped__")
+
+
+def test_unsampled_runs_skip_attribute_work(mlp_path: Path) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    hook_calls = []
+    instrumentor = OrtInstrumentor()
+    instrumentor.instrument(
+        tracer_provider=TracerProvider(sampler=ALWAYS_OFF),
+        request_hook=lambda *args: hook_calls.append(args),
+    )
+    try:
+        outputs = cpu_session(mlp_path).run(None, {"x": X})
+    finally:
+        instrumentor.uninstrument()
+    assert outputs[0].shape == (4, 32)
+    assert hook_calls == []
+
+
+def test_noop_providers_only_delegate(mlp_path: Path) -> None:
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.trace import NoOpTracerProvider
+
+    instrumentor = OrtInstrumentor()
+    instrumentor.instrument(
+        tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider()
+    )
+    try:
+        session = cpu_session(mlp_path)
+        assert session.run(None, {"x": X})[0].shape == (4, 32)
+    finally:
+        instrumentor.uninstrument()
+    assert "_otel_ort_facts" not in session.__dict__
+
+
+def test_duration_histogram(instrumented: Telemetry, mlp_path: Path) -> None:
+    session = cpu_session(mlp_path)
+    for _ in range(3):
+        session.run(None, {"x": X})
+    with pytest.raises(InvalidArgument):
+        session.run(None, {"x": np.zeros(3, np.float32)})
+    points = {
+        point.attributes.get(semconv.ERROR_TYPE): point
+        for point in instrumented.points(semconv.METRIC_RUN_DURATION)
+    }
+    assert set(points) == {None, "InvalidArgument"}
+    ok = points[None]
+    assert ok.count == 3 and 0 < ok.sum < 10
+    assert dict(ok.attributes) == {
+        semconv.MODEL_PATH: str(mlp_path),
+        semconv.SESSION_PROVIDER: "CPUExecutionProvider",
+        semconv.RUN_PROFILED: False,
+    }
+    assert points["InvalidArgument"].count == 1
+    assert ok.explicit_bounds[0] == 0.00005  # seconds, not the SDK's millisecond defaults
+
+
+def test_set_providers_refreshes_session_facts(instrumented: Telemetry, mlp_path: Path) -> None:
+    session = cpu_session(mlp_path)
+    session.run(None, {"x": X})
+    session.set_providers(["CPUExecutionProvider"])
+    session.run(None, {"x": X})
+    first, second = instrumented.spans(semconv.SPAN_RUN)
+    assert first.attributes[semconv.SESSION_ID] != second.attributes[semconv.SESSION_ID]
