@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -14,6 +15,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_ort import OrtInstrumentor
 from otel_ort.demo_model import mlp_model
+
+
+def attrs(span: ReadableSpan) -> dict[str, Any]:
+    """A finished span's attributes as a plain dict."""
+    return dict(span.attributes or {})
 
 
 class Telemetry:
@@ -29,9 +35,9 @@ class Telemetry:
     def spans(self, name: str | None = None) -> list[ReadableSpan]:
         return [s for s in self.exporter.get_finished_spans() if name is None or s.name == name]
 
-    def points(self, metric_name: str) -> list:
+    def points(self, metric_name: str) -> list[Any]:
         data = self.metric_reader.get_metrics_data()
-        points = []
+        points: list[Any] = []
         for resource_metrics in data.resource_metrics if data else ():
             for scope_metrics in resource_metrics.scope_metrics:
                 for metric in scope_metrics.metrics:

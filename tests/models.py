@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onnx import TensorProto, helper
+from onnx import GraphProto, TensorProto, helper
 
 
 def numeric_types_model() -> bytes:
@@ -39,7 +39,7 @@ def string_model() -> bytes:
     return _serialize(graph)
 
 
-def _serialize(graph: object) -> bytes:
+def _serialize(graph: GraphProto) -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     data: bytes = model.SerializeToString()
     return data

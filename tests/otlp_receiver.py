@@ -26,7 +26,9 @@ class OtlpReceiver:
         self.requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
         self._lock = threading.Lock()
         self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Servicer(self), self._grpc)
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            _Servicer(self), self._grpc
+        )
         self.grpc_port = self._grpc.add_insecure_port("127.0.0.1:0")
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self.http_port = self._http.server_address[1]
@@ -75,18 +77,18 @@ class OtlpReceiver:
         return self.spans()
 
 
-class _Servicer(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+class _Servicer(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self, receiver: OtlpReceiver) -> None:
         self._receiver = receiver
 
-    def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC's name)
+    def Export(self, request: Any, context: Any) -> Any:
         self._receiver.accept(request)
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
 def _handler_for(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             if self.headers.get("Content-Encoding") == "gzip":
                 body = gzip.decompress(body)

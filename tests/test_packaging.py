@@ -1,0 +1,61 @@
+"""The package as the OpenTelemetry ecosystem sees it: entry point, dependency check, typing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from importlib.metadata import distribution, entry_points
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from otel_ort import OrtInstrumentor
+from otel_ort.package import _instruments_any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_entry_point_loads_the_instrumentor() -> None:
+    (entry_point,) = [
+        ep for ep in entry_points(group="opentelemetry_instrumentor") if ep.name == "onnxruntime"
+    ]
+    assert entry_point.load() is OrtInstrumentor
+
+
+def test_instruments_any_matches_the_package_metadata() -> None:
+    requires = distribution("otel-ort").requires or []
+    declared = sorted(
+        str(Requirement(r.split(";")[0])) for r in requires if 'extra == "instruments-any"' in r
+    )
+    assert declared == sorted(str(Requirement(r)) for r in _instruments_any)
+
+
+def test_dependency_check_accepts_any_one_ort_distribution() -> None:
+    # only `onnxruntime` is installed here: the other distributions must not be required too
+    assert OrtInstrumentor()._check_dependency_conflicts() is None
+
+
+def test_console_script_and_version() -> None:
+    completed = subprocess.run(
+        [str(Path(sys.executable).with_name("otel-ort")), "--version"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    assert completed.stdout.startswith("otel-ort ")
+
+
+@pytest.mark.e2e
+def test_wheel_ships_py_typed_and_entry_point(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("otel_ort-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        assert "otel_ort/py.typed" in names
+        (entry_points_txt,) = [n for n in names if n.endswith("entry_points.txt")]
+        text = archive.read(entry_points_txt).decode()
+    assert "[opentelemetry_instrumentor]\nonnxruntime = otel_ort:OrtInstrumentor" in text
+    assert "otel-ort = otel_ort.cli:main" in text
