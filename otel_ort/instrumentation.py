@@ -60,7 +60,10 @@ def _arg(args: Args, kwargs: Kwargs, index: int, name: str) -> Any:
 
 
 def _feeds_at(index: int, name: str) -> Callable[[Args, Kwargs], Any]:
-    return lambda args, kwargs: _arg(args, kwargs, index, name)
+    def feeds(args: Args, kwargs: Kwargs) -> Any:
+        return args[index] if len(args) > index else kwargs.get(name)
+
+    return feeds
 
 
 def _vector_feeds(args: Args, kwargs: Kwargs) -> dict[str, Any]:
@@ -75,6 +78,8 @@ def _returned(args: Args, kwargs: Kwargs, result: Any) -> Any:
 
 FeedsOf = Callable[[Args, Kwargs], Any]
 OutputsOf = Callable[[Args, Kwargs, Any], Any]
+
+_RUN_ASYNC_FEEDS = _feeds_at(1, "input_feed")
 
 # run method → (what request_hook receives as feeds, what response_hook receives as outputs).
 # A Mapping of feeds is also described in onnxruntime.run.inputs; an IOBinding is not.
@@ -154,7 +159,11 @@ class _RunTelemetry:
         ) -> Any:
             if self.inert or _suppressed():
                 return wrapped(*args, **kwargs)
-            span, facts = self._start(session, method, feeds_of, args, kwargs)
+            try:
+                span, facts = self._start(session, method, feeds_of, args, kwargs)
+            except Exception:  # e.g. a span processor that raises: the run goes on untraced
+                _logger.exception("otel-ort could not start a span for an ONNX Runtime run")
+                return wrapped(*args, **kwargs)
             start = perf_counter()
             try:
                 result = wrapped(*args, **kwargs)
@@ -174,7 +183,11 @@ class _RunTelemetry:
         """``run_async``: the span ends when ORT calls the user's callback."""
         if self.inert or _suppressed():
             return wrapped(*args, **kwargs)
-        span, facts = self._start(session, "run_async", _feeds_at(1, "input_feed"), args, kwargs)
+        try:
+            span, facts = self._start(session, "run_async", _RUN_ASYNC_FEEDS, args, kwargs)
+        except Exception:
+            _logger.exception("otel-ort could not start a span for an ONNX Runtime run")
+            return wrapped(*args, **kwargs)
         callback = _arg(args, kwargs, 2, "callback")
         caller_context = otel_context.get_current()
         start = perf_counter()
@@ -255,16 +268,22 @@ class _RunTelemetry:
         error: BaseException | str | None,
         outputs: Any = None,
     ) -> None:
-        """End the run span (calling ``response_hook`` after a success) and record its duration."""
-        if error is None:
-            if self._response_hook is not None and span.is_recording():
-                _call_hook("response_hook", self._response_hook, span, session, outputs)
-            metric_attributes = facts.metric_attributes
-        else:
-            error_type = _set_error(span, error)
-            metric_attributes = {**facts.metric_attributes, semconv.ERROR_TYPE: error_type}
-        span.end()
-        self._duration.record(duration, metric_attributes)
+        """End the run span (calling ``response_hook`` after a success) and record its duration.
+
+        Never raises: the caller is about to return ORT's result or re-raise ORT's exception.
+        """
+        try:
+            if error is None:
+                if self._response_hook is not None and span.is_recording():
+                    _call_hook("response_hook", self._response_hook, span, session, outputs)
+                metric_attributes = facts.metric_attributes
+            else:
+                error_type = _set_error(span, error)
+                metric_attributes = {**facts.metric_attributes, semconv.ERROR_TYPE: error_type}
+            span.end()
+            self._duration.record(duration, metric_attributes)
+        except Exception:
+            _logger.exception("otel-ort could not end the span of an ONNX Runtime run")
 
 
 def _set_error(span: Span, error: BaseException | str) -> str:

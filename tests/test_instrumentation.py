@@ -12,6 +12,7 @@ from onnxruntime.capi import onnxruntime_inference_collection as collection
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument, NoSuchFile
 from opentelemetry import trace
 from opentelemetry.instrumentation.utils import suppress_instrumentation
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
 
 from otel_ort import OrtInstrumentor, semconv, session_facts
@@ -398,7 +399,6 @@ def test_bad_options_fail_at_instrument(
 
 
 def test_unsampled_runs_skip_attribute_work(mlp_path: Path) -> None:
-    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
     hook_calls = []
@@ -460,3 +460,40 @@ def test_set_providers_refreshes_session_facts(instrumented: Telemetry, mlp_path
     session.run(None, {"x": X})
     first, second = instrumented.spans(semconv.SPAN_RUN)
     assert attrs(first)[semconv.SESSION_ID] != attrs(second)[semconv.SESSION_ID]
+
+
+class ExplodingProcessor(SpanProcessor):
+    """A span processor with a bug: what a user's telemetry stack might do to us."""
+
+    def on_start(self, span: object, parent_context: object = None) -> None:
+        raise RuntimeError("processor bug on start")
+
+    def on_end(self, span: object) -> None:
+        raise RuntimeError("processor bug on end")
+
+
+@pytest.mark.parametrize("failing", ["on_start", "on_end"])
+def test_a_broken_telemetry_pipeline_never_changes_run_results(
+    failing: str, mlp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if failing == "on_end":
+        monkeypatch.setattr(ExplodingProcessor, "on_start", SpanProcessor.on_start)
+    provider = TracerProvider()
+    provider.add_span_processor(ExplodingProcessor())
+    session = cpu_session(mlp_path)
+    expected = session.run(None, {"x": X})
+    with pytest.raises(InvalidArgument) as bare_error:
+        session.run(None, {"x": np.zeros(3, np.float32)})
+
+    instrumentor = OrtInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        outputs = session.run(None, {"x": X})
+        with pytest.raises(InvalidArgument) as error:
+            session.run(None, {"x": np.zeros(3, np.float32)})
+        async_outputs = run_async_and_wait(session, {"x": X})
+    finally:
+        instrumentor.uninstrument()
+    assert_bitwise_equal(outputs, expected)
+    assert_bitwise_equal(async_outputs, expected)
+    assert str(error.value) == str(bare_error.value)
