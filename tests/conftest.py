@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,10 @@ class Telemetry:
         self.metric_reader = InMemoryMetricReader()
         self.meter_provider = MeterProvider(metric_readers=[self.metric_reader])
 
+    @property
+    def providers(self) -> dict[str, Any]:
+        return {"tracer_provider": self.tracer_provider, "meter_provider": self.meter_provider}
+
     def spans(self, name: str | None = None) -> list[ReadableSpan]:
         return [s for s in self.exporter.get_finished_spans() if name is None or s.name == name]
 
@@ -51,15 +56,22 @@ def telemetry() -> Telemetry:
     return Telemetry()
 
 
+@contextmanager
+def instrumentation(**options: Any) -> Iterator[None]:
+    """ORT instrumented with ``options`` inside the block, uninstrumented after it."""
+    instrumentor = OrtInstrumentor()
+    instrumentor.instrument(**options)
+    try:
+        yield
+    finally:
+        instrumentor.uninstrument()
+
+
 @pytest.fixture
 def instrumented(telemetry: Telemetry) -> Iterator[Telemetry]:
-    """ORT instrumented with in-memory providers; uninstrumented afterwards."""
-    instrumentor = OrtInstrumentor()
-    instrumentor.instrument(
-        tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider
-    )
-    yield telemetry
-    instrumentor.uninstrument()
+    """ORT instrumented with in-memory providers for the whole test."""
+    with instrumentation(**telemetry.providers):
+        yield telemetry
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
 
 from otel_ort import OrtInstrumentor, semconv, session_facts
-from tests.conftest import Telemetry, attrs
+from tests.conftest import Telemetry, attrs, instrumentation
 from tests.models import numeric_types_model, string_model
 
 X = np.arange(4 * 32, dtype=np.float32).reshape(4, 32) / 100
@@ -105,14 +105,8 @@ def test_sessions_created_before_instrument_are_covered(
     telemetry: Telemetry, mlp_path: Path
 ) -> None:
     session = cpu_session(mlp_path)
-    instrumentor = OrtInstrumentor()
-    instrumentor.instrument(
-        tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider
-    )
-    try:
+    with instrumentation(**telemetry.providers):
         session.run(None, {"x": X})
-    finally:
-        instrumentor.uninstrument()
     (span,) = telemetry.spans(semconv.SPAN_RUN)
     assert attrs(span)[semconv.MODEL_PATH] == str(mlp_path)
     assert telemetry.spans(semconv.SPAN_SESSION_CREATE) == []
@@ -130,10 +124,7 @@ def test_failing_run_reraises_ort_exception_unchanged(
         with pytest.raises(InvalidArgument) as bare_error:
             session.run(None, bad)
     finally:
-        OrtInstrumentor().instrument(
-            tracer_provider=instrumented.tracer_provider,
-            meter_provider=instrumented.meter_provider,
-        )
+        OrtInstrumentor().instrument(**instrumented.providers)
     assert type(instrumented_error.value) is type(bare_error.value)
     assert str(instrumented_error.value) == str(bare_error.value)
 
@@ -218,14 +209,8 @@ def assert_bitwise_equal(a: list[np.ndarray], b: list[np.ndarray]) -> None:
 def test_outputs_bitwise_identical_for_every_run_method(telemetry: Telemetry) -> None:
     session = cpu_session(numeric_types_model())
     bare = outputs_by_every_method(session)
-    instrumentor = OrtInstrumentor()
-    instrumentor.instrument(
-        tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider
-    )
-    try:
+    with instrumentation(**telemetry.providers):
         traced = outputs_by_every_method(session)
-    finally:
-        instrumentor.uninstrument()
     for bare_outputs, traced_outputs in zip(bare, traced, strict=True):
         assert_bitwise_equal(bare_outputs, traced_outputs)
     spans = telemetry.spans(semconv.SPAN_RUN)
@@ -290,10 +275,7 @@ def test_run_async_failure_reported_by_callback(instrumented: Telemetry, mlp_pat
 def test_instrument_uninstrument_instrument(telemetry: Telemetry, mlp_path: Path) -> None:
     session = cpu_session(mlp_path)
     instrumentor = OrtInstrumentor()
-    providers = {
-        "tracer_provider": telemetry.tracer_provider,
-        "meter_provider": telemetry.meter_provider,
-    }
+    providers = telemetry.providers
     instrumentor.instrument(**providers)
     session.run(None, {"x": X})
     instrumentor.uninstrument()
@@ -329,19 +311,11 @@ def test_hooks_receive_span_session_feeds_and_outputs(telemetry: Telemetry, mlp_
     def response_hook(span, session, outputs) -> None:
         calls.append(("response", span, session, outputs))
 
-    instrumentor = OrtInstrumentor()
-    instrumentor.instrument(
-        tracer_provider=telemetry.tracer_provider,
-        meter_provider=telemetry.meter_provider,
-        request_hook=request_hook,
-        response_hook=response_hook,
-    )
-    try:
+    hooks = {"request_hook": request_hook, "response_hook": response_hook}
+    with instrumentation(**telemetry.providers, **hooks):
         session = cpu_session(mlp_path)
         feed = {"x": X}
         outputs = session.run(None, feed)
-    finally:
-        instrumentor.uninstrument()
     (span,) = telemetry.spans(semconv.SPAN_RUN)
     assert attrs(span)["app.tenant"] == "blue"
     assert [c[0] for c in calls] == ["request", "response"]
@@ -355,18 +329,8 @@ def test_failing_hooks_never_break_the_run(
     def broken(span, session, data) -> None:
         raise RuntimeError("hook bug")
 
-    instrumentor = OrtInstrumentor()
-    instrumentor.instrument(
-        tracer_provider=telemetry.tracer_provider,
-        meter_provider=telemetry.meter_provider,
-        request_hook=broken,
-        response_hook=broken,
-    )
-    try:
-        session = cpu_session(mlp_path)
-        outputs = session.run(None, {"x": X})
-    finally:
-        instrumentor.uninstrument()
+    with instrumentation(**telemetry.providers, request_hook=broken, response_hook=broken):
+        outputs = cpu_session(mlp_path).run(None, {"x": X})
     assert outputs[0].shape == (4, 32)
     assert len(telemetry.spans(semconv.SPAN_RUN)) == 1
     hooks = [
@@ -402,15 +366,11 @@ def test_unsampled_runs_skip_attribute_work(mlp_path: Path) -> None:
     from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
     hook_calls = []
-    instrumentor = OrtInstrumentor()
-    instrumentor.instrument(
+    with instrumentation(
         tracer_provider=TracerProvider(sampler=ALWAYS_OFF),
         request_hook=lambda *args: hook_calls.append(args),
-    )
-    try:
+    ):
         outputs = cpu_session(mlp_path).run(None, {"x": X})
-    finally:
-        instrumentor.uninstrument()
     assert outputs[0].shape == (4, 32)
     assert hook_calls == []
 
@@ -419,15 +379,10 @@ def test_noop_providers_only_delegate(mlp_path: Path) -> None:
     from opentelemetry.metrics import NoOpMeterProvider
     from opentelemetry.trace import NoOpTracerProvider
 
-    instrumentor = OrtInstrumentor()
-    instrumentor.instrument(
-        tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider()
-    )
-    try:
+    noop = {"tracer_provider": NoOpTracerProvider(), "meter_provider": NoOpMeterProvider()}
+    with instrumentation(**noop):
         session = cpu_session(mlp_path)
         assert session.run(None, {"x": X})[0].shape == (4, 32)
-    finally:
-        instrumentor.uninstrument()
     assert "_otel_ort_facts" not in session.__dict__
 
 
@@ -485,15 +440,11 @@ def test_a_broken_telemetry_pipeline_never_changes_run_results(
     with pytest.raises(InvalidArgument) as bare_error:
         session.run(None, {"x": np.zeros(3, np.float32)})
 
-    instrumentor = OrtInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
-    try:
+    with instrumentation(tracer_provider=provider):
         outputs = session.run(None, {"x": X})
         with pytest.raises(InvalidArgument) as error:
             session.run(None, {"x": np.zeros(3, np.float32)})
         async_outputs = run_async_and_wait(session, {"x": X})
-    finally:
-        instrumentor.uninstrument()
     assert_bitwise_equal(outputs, expected)
     assert_bitwise_equal(async_outputs, expected)
     assert str(error.value) == str(bare_error.value)
