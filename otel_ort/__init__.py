@@ -1,4 +1,4 @@
-"""otel-ort: OpenTelemetry instrumentation and sampling profiler for ONNX Runtime.
+"""otel-ort: OpenTelemetry instrumentation for ONNX Runtime.
 
 >>> from otel_ort import OrtInstrumentor
 >>> OrtInstrumentor().instrument()   # every InferenceSession run becomes a span

@@ -21,7 +21,7 @@ _SHOWN_BY_NAME = {
     semconv.SPAN_SESSION_CREATE: {
         semconv.MODEL_PATH: "model",
         semconv.SESSION_PROVIDERS: "providers",
-        **_SHOWN,
+        semconv.ERROR_TYPE: "error",
     },
 }
 _MAX_VALUE = 60

@@ -28,6 +28,7 @@ ONNXRUNTIME_VERSION: Final = "onnxruntime.version"
 RUN_METHOD: Final = "onnxruntime.run.method"
 RUN_INPUTS: Final = "onnxruntime.run.inputs"
 RUN_PROFILED: Final = "onnxruntime.run.profiled"
+RUN_PROVIDER_FALLBACK: Final = "onnxruntime.run.provider_fallback"
 
 # General semantic conventions reused as they are
 ERROR_TYPE: Final = "error.type"

@@ -1,17 +1,17 @@
 """What otel-ort knows about an ``InferenceSession``, computed once per session.
 
-The facts are cached on the session object and recomputed only when ORT re-creates the
-underlying C++ session (``set_providers`` or the EP fallback), which it marks by building
+The facts are cached in the session's ``__dict__`` and recomputed only when ORT re-creates
+the underlying C++ session (``set_providers`` or the EP fallback), which it marks by building
 a new ``_providers`` list: the cache keeps that list and compares by identity, one pointer
-compare per run.
+compare per run. The session id survives such a rebuild.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
-import logging
 import os
+import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,12 +20,12 @@ from typing import Any
 from opentelemetry.util.types import AttributeValue
 
 from otel_ort import semconv
-
-_logger = logging.getLogger(__name__)
+from otel_ort.failures import report_failure
 
 _CACHE_ATTR = "_otel_ort_facts"
 _SESSION_IDS = itertools.count(1)
 _PROCESS_TAG = uuid.uuid4().hex[:8]
+_collect_lock = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +34,7 @@ class SessionFacts:
 
     providers_list: object
     """ORT's ``_providers`` list when the facts were taken; a new list means a new C++ session."""
-    session_attributes: Mapping[str, AttributeValue]
-    """For the session-construction span."""
+    session_id: str
     run_attributes: Mapping[str, AttributeValue]
     """For every run span of the session."""
     metric_attributes: Mapping[str, AttributeValue]
@@ -44,7 +43,7 @@ class SessionFacts:
 
 UNKNOWN_SESSION = SessionFacts(
     None,
-    {semconv.MODEL_PATH: "unknown"},
+    "unknown",
     {semconv.MODEL_PATH: "unknown", semconv.RUN_PROFILED: False},
     {semconv.MODEL_PATH: "unknown", semconv.RUN_PROFILED: False},
 )
@@ -55,8 +54,11 @@ def facts_for(session: Any) -> SessionFacts:
     """Return the cached facts of ``session``, computing them on first use."""
     facts: SessionFacts | None = session.__dict__.get(_CACHE_ATTR)
     if facts is None or facts.providers_list is not getattr(session, "_providers", None):
-        facts = _collect(session)
-        session.__dict__[_CACHE_ATTR] = facts
+        with _collect_lock:  # concurrent first runs must agree on one session id
+            facts = session.__dict__.get(_CACHE_ATTR)
+            if facts is None or facts.providers_list is not getattr(session, "_providers", None):
+                facts = _collect(session, facts)
+                session.__dict__[_CACHE_ATTR] = facts
     return facts
 
 
@@ -76,38 +78,14 @@ def model_label(session: Any) -> str:
     return "unknown"
 
 
-def _collect(session: Any) -> SessionFacts:
-    model = model_label(session)
-    providers = tuple(str(p) for p in session.get_providers())
-    primary = providers[0] if providers else "unknown"
-    shared: dict[str, AttributeValue] = {
-        semconv.MODEL_PATH: model,
-        semconv.SESSION_PROVIDERS: providers,
-        semconv.SESSION_ID: f"{_PROCESS_TAG}-{os.getpid()}-{next(_SESSION_IDS)}",
-    }
-    try:
-        meta = session.get_modelmeta()
-        shared[semconv.MODEL_GRAPH_NAME] = str(meta.graph_name)
-        if meta.producer_name:
-            shared[semconv.MODEL_PRODUCER] = str(meta.producer_name)
-    except Exception:  # a session ORT cannot describe still gets its spans
-        _logger.debug("could not read model metadata of %s", model, exc_info=True)
-    session_only = dict(shared)
-    session_only.update(_options_attributes(session))
-    run = dict(shared)
-    run[semconv.RUN_PROFILED] = False
-    metric: dict[str, AttributeValue] = {
-        semconv.MODEL_PATH: model,
-        semconv.SESSION_PROVIDER: primary,
-        semconv.RUN_PROFILED: False,
-    }
-    return SessionFacts(getattr(session, "_providers", None), session_only, run, metric)
-
-
-def _options_attributes(session: Any) -> dict[str, AttributeValue]:
+def session_span_attributes(session: Any, facts: SessionFacts) -> dict[str, AttributeValue]:
+    """The run attributes plus the session options and ORT version, for the session span."""
     import onnxruntime
 
-    attributes: dict[str, AttributeValue] = {semconv.ONNXRUNTIME_VERSION: onnxruntime.__version__}
+    attributes = {
+        key: value for key, value in facts.run_attributes.items() if key != semconv.RUN_PROFILED
+    }
+    attributes[semconv.ONNXRUNTIME_VERSION] = onnxruntime.__version__
     try:
         options = session.get_session_options()
         attributes[semconv.SESSION_GRAPH_OPTIMIZATION_LEVEL] = options.graph_optimization_level.name
@@ -115,5 +93,34 @@ def _options_attributes(session: Any) -> dict[str, AttributeValue]:
         attributes[semconv.SESSION_INTRA_OP_NUM_THREADS] = int(options.intra_op_num_threads)
         attributes[semconv.SESSION_INTER_OP_NUM_THREADS] = int(options.inter_op_num_threads)
     except Exception:
-        _logger.debug("could not read session options", exc_info=True)
+        report_failure("could not read the session options")
     return attributes
+
+
+def _collect(session: Any, previous: SessionFacts | None) -> SessionFacts:
+    model = model_label(session)
+    providers = tuple(str(p) for p in session.get_providers())
+    session_id = (
+        previous.session_id
+        if previous is not None
+        else f"{_PROCESS_TAG}-{os.getpid()}-{next(_SESSION_IDS)}"
+    )
+    run: dict[str, AttributeValue] = {
+        semconv.MODEL_PATH: model,
+        semconv.SESSION_PROVIDERS: providers,
+        semconv.SESSION_ID: session_id,
+    }
+    try:
+        meta = session.get_modelmeta()
+        run[semconv.MODEL_GRAPH_NAME] = str(meta.graph_name)
+        if meta.producer_name:
+            run[semconv.MODEL_PRODUCER] = str(meta.producer_name)
+    except Exception:  # a session ORT cannot describe still gets its spans
+        report_failure("could not read the model metadata")
+    run[semconv.RUN_PROFILED] = False
+    metric: dict[str, AttributeValue] = {
+        semconv.MODEL_PATH: model,
+        semconv.SESSION_PROVIDER: providers[0] if providers else "unknown",
+        semconv.RUN_PROFILED: False,
+    }
+    return SessionFacts(getattr(session, "_providers", None), session_id, run, metric)

@@ -18,7 +18,7 @@ def test_numpy_and_ortvalue_descriptions_agree() -> None:
 
 def test_many_inputs_are_bounded() -> None:
     feeds = {f"in{k}": np.zeros(k, np.int8) for k in range(100)}
-    described = describe_feeds(feeds.items(), len(feeds))
+    described = describe_feeds(feeds)
     assert len(described) == MAX_DESCRIBED_INPUTS + 1
     assert described[0] == "in0:int8[0]"
     assert described[-1] == f"+{100 - MAX_DESCRIBED_INPUTS} more"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -47,11 +48,20 @@ def test_console_script_and_version() -> None:
 
 @pytest.mark.e2e
 def test_wheel_ships_py_typed_and_entry_point(tmp_path: Path) -> None:
+    source = tmp_path / "src"  # a copy: building in the checkout would leave build/ behind
+    tracked = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    for name in tracked:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, source / name)
+    wheels = tmp_path / "wheels"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
         check=True, timeout=300,
     )  # fmt: skip
-    (wheel,) = tmp_path.glob("otel_ort-*.whl")
+    (wheel,) = wheels.glob("otel_ort-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         assert "otel_ort/py.typed" in names

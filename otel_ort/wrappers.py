@@ -1,0 +1,291 @@
+"""The wrapt wrappers: a span and a duration measurement around every ONNX Runtime run.
+
+Per run the wrapper reads the cached session facts, starts one span as a child of the current
+context, describes the inputs and calls ``request_hook`` only when the span is recording,
+reads the clock around ORT's call, then ends the span and records one histogram value. The
+run span is not made the current span: ORT runs the graph in C++, where no Python code would
+see it, and attaching a context would double the cost of an unsampled run.
+
+Nothing here may change what ORT returns or raises: otel-ort's own failures are reported
+through :mod:`otel_ort.failures` and the run goes ahead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from time import perf_counter
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
+from opentelemetry.instrumentation.utils import _SUPPRESS_INSTRUMENTATION_KEY_PLAIN
+from opentelemetry.metrics import NoOpHistogram, get_meter
+from opentelemetry.trace import NoOpTracer, Span, SpanKind, Status, StatusCode, get_tracer
+
+from otel_ort import semconv
+from otel_ort.failures import report_failure
+from otel_ort.feeds import describe_feeds
+from otel_ort.metrics import run_duration_histogram
+from otel_ort.options import Options
+from otel_ort.session_facts import (
+    UNKNOWN_SESSION,
+    SessionFacts,
+    facts_for,
+    model_label,
+    session_span_attributes,
+)
+from otel_ort.version import __version__
+
+Args = tuple[Any, ...]
+Kwargs = dict[str, Any]
+Wrapper = Callable[[Callable[..., Any], Any, Args, Kwargs], Any]
+FeedsOf = Callable[[Args, Kwargs], Any]
+OutputsOf = Callable[[Args, Kwargs, Any], Any]
+
+# error.type when ORT reports a failure as text (run_async's callback), not as an exception
+_OTHER_ERROR = "_OTHER"
+
+
+def _arg(index: int, name: str) -> FeedsOf:
+    """A getter of one argument of a wrapped call, passed by position or by name."""
+
+    def get(args: Args, kwargs: Kwargs) -> Any:
+        return args[index] if len(args) > index else kwargs.get(name)
+
+    return get
+
+
+_INPUT_FEED = _arg(1, "input_feed")
+_CALLBACK = _arg(2, "callback")
+_FEED_NAMES = _arg(1, "feed_names")
+_FEED_VALUES = _arg(2, "feeds")
+_FETCHES = _arg(4, "fetches")
+_IOBINDING = _arg(0, "iobinding")
+
+
+def _vector_feeds(args: Args, kwargs: Kwargs) -> dict[str, Any]:
+    names = _FEED_NAMES(args, kwargs) or ()
+    return dict(zip(names, _FEED_VALUES(args, kwargs) or (), strict=False))
+
+
+def _returned(args: Args, kwargs: Kwargs, result: Any) -> Any:
+    return result
+
+
+# Synchronous run method → (what request_hook receives as feeds, what response_hook receives
+# as outputs). Feeds that are a Mapping are also described in onnxruntime.run.inputs.
+RUN_METHODS: dict[str, tuple[FeedsOf, OutputsOf]] = {
+    "run": (_INPUT_FEED, _returned),
+    "run_with_ort_values": (_arg(1, "input_dict_ort_values"), _returned),
+    "run_with_ortvaluevector": (_vector_feeds, lambda args, kwargs, _: _FETCHES(args, kwargs)),
+    "run_with_iobinding": (_IOBINDING, lambda args, kwargs, _: _IOBINDING(args, kwargs)),
+}
+
+
+def _suppressed() -> bool:
+    """``not is_instrumentation_enabled()`` with one context read instead of four calls."""
+    current = otel_context.get_current()
+    return bool(
+        current.get(_SUPPRESS_INSTRUMENTATION_KEY)
+        or current.get(_SUPPRESS_INSTRUMENTATION_KEY_PLAIN)
+    )
+
+
+class RunTelemetry:
+    """The tracer, histogram and hooks of one ``instrument()`` call, and the wrappers using them."""
+
+    def __init__(self, options: Options) -> None:
+        self._tracer = get_tracer("otel_ort", __version__, options.tracer_provider)
+        self._duration = run_duration_histogram(
+            get_meter("otel_ort", __version__, options.meter_provider)
+        )
+        self._request_hook = options.request_hook
+        self._response_hook = options.response_hook
+        self.inert = isinstance(self._tracer, NoOpTracer) and isinstance(
+            self._duration, NoOpHistogram
+        )
+        """No-op tracer and meter providers: nothing to record, so the wrappers only delegate."""
+
+    def run_wrapper(self, method: str) -> Wrapper:
+        """The wrapper of one synchronous run method (a key of ``RUN_METHODS``)."""
+        feeds_of, outputs_of = RUN_METHODS[method]
+
+        def run_wrapper(
+            wrapped: Callable[..., Any], session: Any, args: Args, kwargs: Kwargs
+        ) -> Any:
+            if self.inert or _suppressed():
+                return wrapped(*args, **kwargs)
+            try:
+                span, facts = self._start(session, method, feeds_of, args, kwargs)
+            except Exception:  # e.g. a span processor that raises: the run goes on untraced
+                report_failure("could not start a run span")
+                return wrapped(*args, **kwargs)
+            start = perf_counter()
+            try:
+                result = wrapped(*args, **kwargs)
+            except BaseException as exc:
+                self._finish(span, facts, session, perf_counter() - start, exc)
+                raise
+            duration = perf_counter() - start
+            outputs = outputs_of(args, kwargs, result) if self._response_hook else None
+            self._finish(span, facts, session, duration, None, outputs)
+            return result
+
+        return run_wrapper
+
+    def run_async_wrapper(
+        self, wrapped: Callable[..., Any], session: Any, args: Args, kwargs: Kwargs
+    ) -> Any:
+        """``run_async``: the span ends when ORT calls the user's callback, which then runs in
+        the caller's context. A call without a callable callback goes to ORT untouched, so
+        ORT's own argument errors stay as they are."""
+        callback = _CALLBACK(args, kwargs)
+        if self.inert or not callable(callback) or _suppressed():
+            return wrapped(*args, **kwargs)
+        try:
+            span, facts = self._start(session, "run_async", _INPUT_FEED, args, kwargs)
+        except Exception:
+            report_failure("could not start a run span")
+            return wrapped(*args, **kwargs)
+        caller_context = otel_context.get_current()
+        start = perf_counter()
+
+        def on_done(results: Any, user_data: Any, err: str) -> Any:
+            self._finish(span, facts, session, perf_counter() - start, err or None, results)
+            token = otel_context.attach(caller_context)
+            try:
+                return callback(results, user_data, err)
+            finally:
+                otel_context.detach(token)
+
+        if len(args) > 2:
+            args = (*args[:2], on_done, *args[3:])
+        else:
+            kwargs = {**kwargs, "callback": on_done}
+        try:
+            return wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self._finish(span, facts, session, perf_counter() - start, exc)
+            raise
+
+    def init_wrapper(
+        self, wrapped: Callable[..., Any], session: Any, args: Args, kwargs: Kwargs
+    ) -> None:
+        """``InferenceSession.__init__``: a span for loading the model; the session's facts."""
+        if self.inert or _suppressed():
+            wrapped(*args, **kwargs)
+            return
+        try:
+            span = self._tracer.start_span(semconv.SPAN_SESSION_CREATE, kind=SpanKind.INTERNAL)
+        except Exception:
+            report_failure("could not start a session span")
+            wrapped(*args, **kwargs)
+            return
+        try:
+            wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self._end_session_span(span, session, exc)
+            raise
+        self._end_session_span(span, session, None)
+
+    def _end_session_span(self, span: Span, session: Any, error: BaseException | None) -> None:
+        try:
+            if error is None:
+                facts = facts_for(session)  # now, so that the first run does not pay for it
+                if span.is_recording():
+                    span.set_attributes(session_span_attributes(session, facts))
+            elif span.is_recording():
+                span.set_attribute(semconv.MODEL_PATH, model_label(session))
+                _set_error(span, error)
+            span.end()
+        except Exception:
+            report_failure("could not end a session span")
+
+    def _start(
+        self, session: Any, method: str, feeds_of: FeedsOf, args: Args, kwargs: Kwargs
+    ) -> tuple[Span, SessionFacts]:
+        """Start a run span; describe the inputs and call ``request_hook`` if it is recording."""
+        try:
+            facts = facts_for(session)
+        except Exception:  # otel-ort's own failure: the run still gets a span
+            report_failure("could not describe an ONNX Runtime session")
+            facts = UNKNOWN_SESSION
+        span = self._tracer.start_span(
+            semconv.SPAN_RUN, kind=SpanKind.INTERNAL, attributes=facts.run_attributes
+        )
+        if span.is_recording():
+            feeds = feeds_of(args, kwargs)
+            try:
+                attributes: dict[str, Any] = {semconv.RUN_METHOD: method}
+                if type(feeds) is dict or isinstance(feeds, Mapping):  # ABC check is slow
+                    attributes[semconv.RUN_INPUTS] = describe_feeds(feeds)
+                span.set_attributes(attributes)
+            except Exception:
+                report_failure("could not describe the inputs of a run")
+            if self._request_hook is not None:
+                _call_hook("request_hook", self._request_hook, span, session, feeds)
+        return span, facts
+
+    def _finish(
+        self,
+        span: Span,
+        facts: SessionFacts,
+        session: Any,
+        duration: float,
+        error: BaseException | str | None,
+        outputs: Any = None,
+    ) -> None:
+        """End the run span (calling ``response_hook`` after a success) and record its duration.
+
+        Never raises: the caller is about to return ORT's result or re-raise ORT's exception.
+        """
+        try:
+            if facts.providers_list is not getattr(session, "_providers", facts.providers_list):
+                facts = _after_fallback(span, session)
+            if error is None:
+                if self._response_hook is not None and span.is_recording():
+                    _call_hook("response_hook", self._response_hook, span, session, outputs)
+                metric_attributes = facts.metric_attributes
+            else:
+                error_type = _set_error(span, error)
+                metric_attributes = {**facts.metric_attributes, semconv.ERROR_TYPE: error_type}
+            span.end()
+            self._duration.record(duration, metric_attributes)
+        except Exception:
+            report_failure("could not end a run span")
+
+
+def _after_fallback(span: Span, session: Any) -> SessionFacts:
+    """ORT rebuilt the session during the run (its EP fallback): say so, with the new providers."""
+    facts = facts_for(session)
+    if span.is_recording():
+        span.set_attributes(
+            {
+                semconv.SESSION_PROVIDERS: facts.run_attributes[semconv.SESSION_PROVIDERS],
+                semconv.RUN_PROVIDER_FALLBACK: True,
+            }
+        )
+    return facts
+
+
+def _set_error(span: Span, error: BaseException | str) -> str:
+    """Mark ``span`` failed; return the ``error.type`` value."""
+    if isinstance(error, BaseException):
+        error_type = type(error).__qualname__
+        span.record_exception(error)
+        description = f"{error_type}: {error}"
+    else:
+        error_type = _OTHER_ERROR
+        description = error
+    span.set_attribute(semconv.ERROR_TYPE, error_type)
+    span.set_status(Status(StatusCode.ERROR, description))
+    return error_type
+
+
+def _call_hook(
+    role: str, hook: Callable[[Span, Any, Any], None], span: Span, session: Any, data: Any
+) -> None:
+    try:
+        hook(span, session, data)
+    except Exception:
+        report_failure(f"{role} raised")
