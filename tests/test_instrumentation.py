@@ -274,6 +274,8 @@ def test_run_async_failure_reported_by_callback(instrumented: Telemetry, mlp_pat
     assert span.status.status_code is StatusCode.ERROR
     assert span.status.description == errors[0]
     assert attrs(span)[semconv.ERROR_TYPE] == "_OTHER"
+    (point,) = instrumented.points(semconv.METRIC_RUN_DURATION)
+    assert point.attributes[semconv.ERROR_TYPE] == "_OTHER" and point.count == 1
 
 
 def test_instrument_uninstrument_instrument(telemetry: Telemetry, mlp_path: Path) -> None:
