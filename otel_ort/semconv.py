@@ -30,8 +30,47 @@ RUN_INPUTS: Final = "onnxruntime.run.inputs"
 RUN_PROFILED: Final = "onnxruntime.run.profiled"
 RUN_PROVIDER_FALLBACK: Final = "onnxruntime.run.provider_fallback"
 
+# Profiled runs (run span)
+PROFILE_FILE: Final = "onnxruntime.profile.file"
+PROFILE_START_SOURCE: Final = "onnxruntime.profile.start_source"
+PROFILE_TRUNCATED: Final = "onnxruntime.profile.truncated"
+PROFILE_SPANS_DROPPED: Final = "onnxruntime.profile.spans_dropped"
+RUN_INDEX: Final = "onnxruntime.run.index"
+RUN_COMPLETE: Final = "onnxruntime.run.complete"
+RUN_NODE_COUNT: Final = "onnxruntime.run.node_count"
+RUN_NODES_NOT_EMITTED: Final = "onnxruntime.run.nodes_not_emitted"
+RUN_NOT_EMITTED_OP_TYPES: Final = "onnxruntime.run.not_emitted.op_types"
+RUN_NOT_EMITTED_COUNTS: Final = "onnxruntime.run.not_emitted.counts"
+RUN_NOT_EMITTED_DURATIONS_US: Final = "onnxruntime.run.not_emitted.durations_us"
+RUN_UNMATCHED_KERNELS: Final = "onnxruntime.run.unmatched_kernels"
+
+# Node spans (one per Node event of a profiled run)
+NODE_NAME: Final = "onnxruntime.node.name"
+NODE_OP_TYPE: Final = "onnxruntime.node.op_type"
+NODE_PROVIDER: Final = "onnxruntime.node.provider"
+NODE_INDEX: Final = "onnxruntime.node.index"
+NODE_DURATION_US: Final = "onnxruntime.node.duration_us"
+NODE_INPUT_SHAPES: Final = "onnxruntime.node.input_shapes"
+NODE_OUTPUT_SHAPES: Final = "onnxruntime.node.output_shapes"
+NODE_SIZE_PREFIX: Final = "onnxruntime.node."
+"""+ ``output_size``, ``activation_size``, ``parameter_size`` and ORT's ``mem_*`` statistics."""
+NODE_THREAD_POOL: Final = "onnxruntime.node.threads.pool"
+NODE_THREADS_USED: Final = "onnxruntime.node.threads.used"
+NODE_THREAD_TASKS: Final = "onnxruntime.node.threads.tasks"
+NODE_MAIN_THREAD_RUN_US: Final = "onnxruntime.node.threads.main_run_us"
+NODE_MAIN_THREAD_WAIT_US: Final = "onnxruntime.node.threads.main_wait_us"
+
+# Kernel spans (GPU kernels under their node)
+KERNEL_NAME: Final = "onnxruntime.kernel.name"
+KERNEL_OP_NAME: Final = "onnxruntime.kernel.op_name"
+KERNEL_GRID: Final = "onnxruntime.kernel.grid"
+KERNEL_BLOCK: Final = "onnxruntime.kernel.block"
+KERNEL_STREAM: Final = "onnxruntime.kernel.stream"
+KERNEL_UNMATCHED: Final = "onnxruntime.kernel.unmatched"
+
 # General semantic conventions reused as they are
 ERROR_TYPE: Final = "error.type"
+THREAD_ID: Final = "thread.id"
 
 # Metrics
 METRIC_RUN_DURATION: Final = "onnxruntime.run.duration"

@@ -1,0 +1,55 @@
+"""Hand finished spans to a TracerProvider's span processors without losing them to a full queue.
+
+A profile is a burst of thousands of spans at once; the SDK's ``BatchSpanProcessor`` holds
+2048 by default and silently drops the oldest when full. Before each span goes to a batch
+processor whose queue is full, the queue is flushed through its exporter in this thread
+(back-pressure: the caller waits, nothing is lost). Only a processor that cannot take spans
+at all (shut down) makes spans count as dropped. Other processors get every span directly.
+
+This reads the SDK's ``TracerProvider`` internals (its active span processor and, for batch
+processors, the queue): a provider that is not the SDK's cannot take finished spans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+
+
+class SpanDelivery:
+    """Delivers finished spans to the span processors of one SDK TracerProvider."""
+
+    def __init__(self, tracer_provider: object) -> None:
+        active = getattr(tracer_provider, "_active_span_processor", None)
+        if not isinstance(tracer_provider, TracerProvider) or active is None:
+            raise TypeError(
+                "profile spans need the OpenTelemetry SDK's TracerProvider "
+                f"(opentelemetry.sdk.trace.TracerProvider), got {type(tracer_provider).__name__}"
+            )
+        self._active = active
+
+    def _processors(self) -> Sequence[SpanProcessor]:
+        # the multi-processor's list changes when the user adds a processor: read it each time
+        return tuple(getattr(self._active, "_span_processors", (self._active,)))
+
+    def deliver(self, spans: Iterable[ReadableSpan]) -> int:
+        """Give every span to every processor; return how many span deliveries were dropped."""
+        spans = list(spans)
+        dropped = 0
+        for processor in self._processors():
+            batch = getattr(processor, "_batch_processor", None)
+            queue = getattr(batch, "_queue", None)
+            capacity = getattr(batch, "_max_queue_size", None)
+            if queue is None or capacity is None:
+                for span in spans:
+                    processor.on_end(span)
+                continue
+            for span in spans:
+                if len(queue) >= capacity:
+                    processor.force_flush()  # exports what is queued, in this thread
+                    if len(queue) >= capacity or getattr(batch, "_shutdown", False):
+                        dropped += 1
+                        continue
+                processor.on_end(span)
+        return dropped

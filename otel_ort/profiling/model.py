@@ -1,0 +1,78 @@
+"""What a profile holds once read: runs, their nodes, and the GPU kernels under the nodes.
+
+Times stay in the file's unit, microseconds relative to the profile's start (``ts``); the
+span builder turns them into absolute nanoseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class KernelRecord:
+    """One ``Kernel`` event: a GPU kernel launched by a node."""
+
+    name: str
+    ts: float
+    dur: float
+    args: dict[str, Any]
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+@dataclass(slots=True)
+class NodeRecord:
+    """One ``Node`` event (``<node>_kernel_time``): one graph node executed once."""
+
+    name: str
+    op_type: str
+    provider: str
+    ts: float
+    dur: float
+    tid: int | None
+    args: dict[str, Any]
+    kernels: list[KernelRecord] = field(default_factory=list)
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """One ``Run`` call: the ``model_run`` window and what happened inside it."""
+
+    index: int
+    """Position in the file, from 0."""
+    ts: float
+    dur: float
+    nodes: list[NodeRecord] = field(default_factory=list)
+    unmatched_kernels: list[KernelRecord] = field(default_factory=list)
+    """Kernels no node could be found for: kept, shown under the run."""
+    complete: bool = True
+    """False when the file ends before the run's ``model_run`` event (a truncated file)."""
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+@dataclass(slots=True)
+class Profile:
+    """A profile file, read."""
+
+    path: str
+    runs: list[RunRecord]
+    start_ns: int
+    """Absolute time (ns since the epoch) of ``ts == 0``."""
+    start_source: str
+    """Where ``start_ns`` came from: ``caller``, ``filename`` or ``mtime``."""
+    event_count: int
+    truncated: bool = False
+    """The file ended mid-write; ``runs`` hold what was complete."""
+    problems: list[str] = field(default_factory=list)
+    """Events skipped and why, one line per kind of problem, with counts."""

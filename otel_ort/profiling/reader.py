@@ -1,0 +1,295 @@
+"""Read an ORT profile file into runs → nodes → kernels, surviving every file ORT leaves behind.
+
+Accepted shapes: a bare JSON array of trace events (what ORT writes) or an object with a
+``traceEvents`` array; session-level files (many runs, split on their ``model_run`` events)
+and run-level files (one run); old files with ``<node>_fence_before``/``_fence_after`` events
+(counted, not nodes); the parallel executor's files (nodes on several threads, overlapping);
+GPU ``Kernel`` events. Only complete (``"ph": "X"``) events are read; metadata and counter
+events (which otel-ort itself adds) are passed over.
+
+A kernel belongs to the node its args name (``parent_name``, ORT's explicit linkage) when
+present; otherwise to the node of the same run whose op type equals the kernel's ``op_name``
+and whose window contains the kernel's start, the latest-starting one if several do. A kernel
+no node claims stays in its run's ``unmatched_kernels``, never dropped.
+
+Bad input raises :class:`ProfileError` naming the file and the problem. A file cut short
+(a process killed mid-write) is not an error: its complete events are read, the profile is
+marked ``truncated`` and a run whose ``model_run`` event never came is marked incomplete.
+Events with missing or invalid fields are skipped and counted in ``Profile.problems``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import os
+import re
+import time
+from collections import Counter, defaultdict
+from typing import Any
+
+from otel_ort.profiling.model import KernelRecord, NodeRecord, Profile, RunRecord
+
+_NODE_SUFFIX = "_kernel_time"
+_FENCE_SUFFIXES = ("_fence_before", "_fence_after")
+_LINK_ARG = "parent_name"
+_TOLERANCE_US = 1.0
+"""ORT rounds ``ts`` and ``dur`` to whole microseconds: windows are compared with this slack."""
+_FILENAME_TIME = re.compile(r"_(\d{4})-(\d{2})-(\d{2})_(\d{2})-(\d{2})-(\d{2})_(\d{3})\.json$")
+
+
+class ProfileError(ValueError):
+    """A profile file that cannot be read; the message names the file and what is wrong."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def read_profile(path: str | os.PathLike[str], start_ns: int | None = None) -> Profile:
+    """Read ``path``; ``start_ns`` is the absolute time of ``ts == 0`` when the caller knows it.
+
+    Otherwise it comes from the file name ORT gives profiles (``<prefix>_YYYY-MM-DD_HH-MM-SS_mmm
+    .json``, local time, ms resolution), else from the file's modification time minus the
+    last event's end.
+    """
+    path = os.fspath(path)
+    events, truncated = _load_events(path)
+    parsed = _Parsed(path)
+    for event in events:
+        parsed.add(event)
+    if not parsed.usable:
+        summary = "; ".join(parsed.problem_lines()) or "no events"
+        raise ProfileError(path, f"holds no ORT run, node or kernel events ({summary})")
+    runs = parsed.runs()
+    source = "caller"
+    if start_ns is None:
+        start_ns, source = _start_time(path, runs)
+    return Profile(
+        path=path,
+        runs=runs,
+        start_ns=start_ns,
+        start_source=source,
+        event_count=len(events),
+        truncated=truncated,
+        problems=parsed.problem_lines(),
+    )
+
+
+def _load_events(path: str) -> tuple[list[Any], bool]:
+    """The file's events and whether it was cut short."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError as exc:
+        raise ProfileError(path, f"cannot be read ({exc.strerror})") from None
+    if not data.strip():
+        raise ProfileError(
+            path,
+            f"is empty ({len(data)} bytes): ORT leaves an empty file when a profiled run "
+            "fails, so this run has no profile",
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProfileError(path, f"is not UTF-8 text (byte {exc.start}): not a profile") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        salvaged = _salvage(text)
+        if not salvaged:
+            raise ProfileError(
+                path, f"is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+            ) from None
+        return salvaged, True
+    events = document.get("traceEvents") if isinstance(document, dict) else document
+    if not isinstance(events, list):
+        raise ProfileError(
+            path,
+            f"is JSON but not a trace: expected an array of events or an object with a "
+            f'"traceEvents" array, found {type(document).__name__}',
+        )
+    return events, False
+
+
+def _salvage(text: str) -> list[Any]:
+    """The complete events at the start of a trace that was cut short or corrupted."""
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        position = len(text) - len(stripped) + 1
+    else:
+        match = re.search(r'"traceEvents"\s*:\s*\[', text)
+        if match is None:
+            return []
+        position = match.end()
+    decoder = json.JSONDecoder()
+    events: list[Any] = []
+    whitespace = re.compile(r"\s*,?\s*")
+    while True:
+        position = whitespace.match(text, position).end()  # type: ignore[union-attr]
+        if position >= len(text) or text[position] == "]":
+            return events
+        try:
+            event, position = decoder.raw_decode(text, position)
+        except json.JSONDecodeError:
+            return events
+        events.append(event)
+
+
+def _time(value: object) -> float | None:
+    """A valid ``ts``/``dur``: a JSON number, finite and not negative."""
+    if type(value) in (int, float) and 0 <= value < math.inf:  # type: ignore[operator]
+        return value  # type: ignore[return-value]
+    return None
+
+
+class _Parsed:
+    """Events sorted into runs, nodes and kernels as they are read."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.model_runs: list[RunRecord] = []
+        self.nodes: list[NodeRecord] = []
+        self.kernels: list[KernelRecord] = []
+        self.fences = 0
+        self.problems: Counter[str] = Counter()
+
+    @property
+    def usable(self) -> bool:
+        return bool(self.model_runs or self.nodes or self.kernels)
+
+    def add(self, event: Any) -> None:
+        if not isinstance(event, dict):
+            self.problems["not a JSON object"] += 1
+            return
+        if event.get("ph", "X") != "X":
+            return
+        category, name = event.get("cat"), event.get("name")
+        ts, dur = _time(event.get("ts")), _time(event.get("dur"))
+        if not isinstance(name, str) or not isinstance(category, str):
+            self.problems["no 'name' or 'cat' string"] += 1
+            return
+        if ts is None or dur is None:
+            self.problems["'ts' or 'dur' missing, negative or not a number"] += 1
+            return
+        args = event.get("args")
+        if not isinstance(args, dict):
+            args = {}
+        if category == "Node":
+            if name.endswith(_NODE_SUFFIX):
+                self.nodes.append(
+                    NodeRecord(
+                        name=name[: -len(_NODE_SUFFIX)],
+                        op_type=str(args.get("op_name", "unknown")),
+                        provider=str(args.get("provider", "unknown")),
+                        ts=ts,
+                        dur=dur,
+                        tid=event.get("tid") if type(event.get("tid")) is int else None,
+                        args=args,
+                    )
+                )
+            elif name.endswith(_FENCE_SUFFIXES):
+                self.fences += 1
+            else:
+                self.problems["Node events not named <node>_kernel_time"] += 1
+        elif category == "Kernel":
+            self.kernels.append(KernelRecord(name=name, ts=ts, dur=dur, args=args))
+        elif category == "Session" and name == "model_run":
+            self.model_runs.append(RunRecord(index=0, ts=ts, dur=dur))
+
+    def problem_lines(self) -> list[str]:
+        lines = [f"{count} events skipped: {why}" for why, count in self.problems.items()]
+        if self.fences:
+            lines.append(f"{self.fences} fence events (old ORT) not shown as nodes")
+        return lines
+
+    def runs(self) -> list[RunRecord]:
+        """Nodes and kernels placed in their runs; runs whose ``model_run`` is missing made up."""
+        runs = sorted(self.model_runs, key=lambda run: run.ts)
+        starts = [run.ts for run in runs]
+        orphans: dict[int, list[NodeRecord | KernelRecord]] = defaultdict(list)
+        node_runs: dict[int, list[NodeRecord]] = defaultdict(list)
+        kernel_runs: dict[int, list[KernelRecord]] = defaultdict(list)
+        for items, placed in ((self.nodes, node_runs), (self.kernels, kernel_runs)):
+            for item in items:
+                at = bisect.bisect_right(starts, item.ts) - 1
+                if at >= 0 and item.ts <= runs[at].end + _TOLERANCE_US:
+                    placed[at].append(item)  # type: ignore[arg-type]
+                else:
+                    orphans[at].append(item)
+        for at, run in enumerate(runs):
+            run.nodes = node_runs[at]
+            run.unmatched_kernels = kernel_runs[at]
+        runs += [_incomplete_run(items) for _, items in sorted(orphans.items())]
+        runs.sort(key=lambda run: run.ts)
+        for index, run in enumerate(runs):
+            run.index = index
+            run.nodes.sort(key=lambda node: node.ts)
+            run.unmatched_kernels = _link_kernels(run.nodes, run.unmatched_kernels)
+        return runs
+
+
+def _incomplete_run(items: list[NodeRecord | KernelRecord]) -> RunRecord:
+    """A run whose ``model_run`` event is missing (the file was cut short): its events' extent."""
+    start = min(item.ts for item in items)
+    end = max(item.end for item in items)
+    run = RunRecord(index=0, ts=start, dur=end - start, complete=False)
+    run.nodes = [item for item in items if isinstance(item, NodeRecord)]
+    run.unmatched_kernels = [item for item in items if isinstance(item, KernelRecord)]
+    return run
+
+
+def _link_kernels(nodes: list[NodeRecord], kernels: list[KernelRecord]) -> list[KernelRecord]:
+    """Attach each kernel to its node; return those no node claims."""
+    if not kernels:
+        return []
+    by_name = {node.name: node for node in nodes}
+    by_op: dict[str, _OpWindows] = {}
+    for each in nodes:  # sorted by start
+        by_op.setdefault(each.op_type, _OpWindows()).add(each)
+    unmatched: list[KernelRecord] = []
+    for kernel in kernels:
+        node = by_name.get(str(kernel.args.get(_LINK_ARG, "")))
+        if node is None:
+            windows = by_op.get(str(kernel.args.get("op_name", "")))
+            node = windows.containing(kernel.ts) if windows else None
+        if node is None:
+            unmatched.append(kernel)
+        else:
+            node.kernels.append(kernel)
+    return unmatched
+
+
+class _OpWindows:
+    """The windows of one op type's nodes, sorted by start, for containment look-ups."""
+
+    def __init__(self) -> None:
+        self.nodes: list[NodeRecord] = []
+        self.starts: list[float] = []
+        self.max_ends: list[float] = []  # max end over nodes[0..i]: stops the backward scan
+
+    def add(self, node: NodeRecord) -> None:
+        self.nodes.append(node)
+        self.starts.append(node.ts)
+        self.max_ends.append(max(node.end, self.max_ends[-1] if self.max_ends else node.end))
+
+    def containing(self, ts: float) -> NodeRecord | None:
+        """The latest-starting node whose window contains ``ts``."""
+        at = bisect.bisect_right(self.starts, ts + _TOLERANCE_US) - 1
+        while at >= 0 and self.max_ends[at] + _TOLERANCE_US >= ts:
+            if self.nodes[at].end + _TOLERANCE_US >= ts:
+                return self.nodes[at]
+            at -= 1
+        return None
+
+
+def _start_time(path: str, runs: list[RunRecord]) -> tuple[int, str]:
+    match = _FILENAME_TIME.search(os.path.basename(path))
+    if match:
+        year, month, day, hour, minute, second, millis = map(int, match.groups())
+        seconds = time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
+        return int(seconds) * 1_000_000_000 + millis * 1_000_000, "filename"
+    last_end_us = max((run.end for run in runs), default=0.0)
+    return os.stat(path).st_mtime_ns - int(last_end_us * 1000), "mtime"

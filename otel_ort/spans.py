@@ -1,0 +1,276 @@
+"""A read profile → finished spans: run → node → kernel, built directly as ``ReadableSpan``.
+
+The SDK's ``start_span``/``end`` costs tens of microseconds per span (sampler, context,
+attribute validation, locks); a profile of thousands of nodes would cost a second of CPU.
+Profile spans are already finished when they are known, so they are built here as
+``ReadableSpan`` objects with the TracerProvider's resource, ids from its id generator, and
+attributes that are valid by construction, then handed to its span processors by
+:mod:`otel_ort.delivery`. Span processors' ``on_start`` is not called for them.
+
+Time: absolute ns = ``profile.start_ns`` + ``ts`` µs. A node span covers its Node event and
+any kernels linked to it (GPU kernels may finish after the launching node's CPU window; the
+node's own duration stays in ``onnxruntime.node.duration_us``); a run span covers all its
+children. So every child lies inside its parent.
+
+At most ``max_node_spans`` node spans per run: the longest nodes are kept, the others are
+summarised per op type on the run span (``onnxruntime.run.not_emitted.*``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+from opentelemetry.util.types import AttributeValue
+
+from otel_ort import semconv
+from otel_ort.profiling.model import KernelRecord, NodeRecord, Profile, RunRecord
+from otel_ort.version import __version__
+
+DEFAULT_MAX_NODE_SPANS = 10_000
+"""Jaeger's UI slows down near 40k spans per trace and its default query returns 10k."""
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_SCOPE = InstrumentationScope("otel_ort.profile", __version__)
+_SIZE_ARGS = ("output_size", "activation_size", "parameter_size")
+_MAX_SHAPES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class RunTree:
+    """The spans of one profiled run, children first; ``run_span`` is the last one."""
+
+    spans: list[ReadableSpan]
+    run_span: ReadableSpan
+
+
+class SpanBuilder:
+    """Builds span trees from profiles for one TracerProvider."""
+
+    def __init__(
+        self, tracer_provider: TracerProvider, max_node_spans: int = DEFAULT_MAX_NODE_SPANS
+    ) -> None:
+        if max_node_spans < 0:
+            raise ValueError(f"max_node_spans must be >= 0, got {max_node_spans}")
+        self._resource = tracer_provider.resource
+        self._ids = tracer_provider.id_generator
+        self.max_node_spans = max_node_spans
+
+    def run_tree(
+        self,
+        profile: Profile,
+        run: RunRecord,
+        parent: SpanContext | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> RunTree:
+        """A run span (child of ``parent``, else the root of a new trace) and its subtree."""
+        trace_id = parent.trace_id if parent is not None else self._ids.generate_trace_id()
+        run_context = SpanContext(trace_id, self._ids.generate_span_id(), False, _SAMPLED)
+        spans, summary = self.node_spans(profile, run, run_context)
+        base = profile.start_ns
+        start = min([base + int(run.ts * 1000)] + [span.start_time or 0 for span in spans])
+        end = max([base + int(run.end * 1000)] + [span.end_time or 0 for span in spans])
+        run_attributes: dict[str, AttributeValue] = {
+            semconv.RUN_PROFILED: True,
+            semconv.PROFILE_FILE: profile.path,
+            semconv.PROFILE_START_SOURCE: profile.start_source,
+            semconv.RUN_INDEX: run.index,
+            **summary,
+        }
+        if profile.truncated:
+            run_attributes[semconv.PROFILE_TRUNCATED] = True
+        if not run.complete:
+            run_attributes[semconv.RUN_COMPLETE] = False
+        run_attributes.update(attributes or {})
+        run_span = self._span(semconv.SPAN_RUN, run_context, parent, run_attributes, start, end)
+        spans.append(run_span)
+        return RunTree(spans, run_span)
+
+    def node_spans(
+        self, profile: Profile, run: RunRecord, parent: SpanContext
+    ) -> tuple[list[ReadableSpan], dict[str, AttributeValue]]:
+        """Node and kernel spans under ``parent``, and the run-level summary attributes."""
+        emitted, left_out = self._select(run.nodes)
+        base = profile.start_ns
+        trace_id = parent.trace_id
+        new_id = self._ids.generate_span_id
+        spans: list[ReadableSpan] = []
+        for node in emitted:
+            context = SpanContext(trace_id, new_id(), False, _SAMPLED)
+            start, end = base + int(node.ts * 1000), base + int(node.end * 1000)
+            for kernel in node.kernels:
+                kernel_span = self._kernel_span(kernel, trace_id, context, base, False)
+                spans.append(kernel_span)
+                start = min(start, kernel_span.start_time or start)
+                end = max(end, kernel_span.end_time or end)
+            spans.append(self._span(node.name, context, parent, _node_attributes(node), start, end))
+        for kernel in run.unmatched_kernels:
+            spans.append(self._kernel_span(kernel, trace_id, parent, base, True))
+        summary: dict[str, AttributeValue] = {
+            semconv.RUN_NODE_COUNT: len(run.nodes),
+            semconv.RUN_NODES_NOT_EMITTED: len(left_out),
+        }
+        if run.unmatched_kernels:
+            summary[semconv.RUN_UNMATCHED_KERNELS] = len(run.unmatched_kernels)
+        if left_out:
+            summary.update(_left_out_summary(left_out))
+        return spans, summary
+
+    def _select(self, nodes: list[NodeRecord]) -> tuple[list[NodeRecord], list[NodeRecord]]:
+        if len(nodes) <= self.max_node_spans:
+            return nodes, []
+        by_duration = sorted(nodes, key=lambda node: node.dur, reverse=True)
+        kept = {id(node) for node in by_duration[: self.max_node_spans]}
+        emitted = [node for node in nodes if id(node) in kept]
+        return emitted, [node for node in nodes if id(node) not in kept]
+
+    def _kernel_span(
+        self,
+        kernel: KernelRecord,
+        trace_id: int,
+        parent: SpanContext,
+        base: int,
+        unmatched: bool,
+    ) -> ReadableSpan:
+        context = SpanContext(trace_id, self._ids.generate_span_id(), False, _SAMPLED)
+        attributes = _kernel_attributes(kernel)
+        if unmatched:
+            attributes[semconv.KERNEL_UNMATCHED] = True
+        start = base + int(kernel.ts * 1000)
+        return self._span(
+            kernel.name, context, parent, attributes, start, start + int(kernel.dur * 1000)
+        )
+
+    def _span(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        attributes: Mapping[str, AttributeValue],
+        start: int,
+        end: int,
+    ) -> ReadableSpan:
+        return ReadableSpan(
+            name=name,
+            context=context,
+            parent=parent,
+            resource=self._resource,
+            attributes=attributes,
+            kind=SpanKind.INTERNAL,
+            start_time=start,
+            end_time=end,
+            instrumentation_scope=_SCOPE,
+        )
+
+
+def _left_out_summary(nodes: list[NodeRecord]) -> dict[str, AttributeValue]:
+    count: dict[str, int] = defaultdict(int)
+    total: dict[str, float] = defaultdict(float)
+    for node in nodes:
+        count[node.op_type] += 1
+        total[node.op_type] += node.dur
+    op_types = sorted(count, key=lambda op: total[op], reverse=True)
+    return {
+        semconv.RUN_NOT_EMITTED_OP_TYPES: tuple(op_types),
+        semconv.RUN_NOT_EMITTED_COUNTS: tuple(count[op] for op in op_types),
+        semconv.RUN_NOT_EMITTED_DURATIONS_US: tuple(float(total[op]) for op in op_types),
+    }
+
+
+def _node_attributes(node: NodeRecord) -> dict[str, AttributeValue]:
+    args = node.args
+    attributes: dict[str, AttributeValue] = {
+        semconv.NODE_NAME: node.name,
+        semconv.NODE_OP_TYPE: node.op_type,
+        semconv.NODE_PROVIDER: node.provider,
+        semconv.NODE_DURATION_US: float(node.dur),
+    }
+    if node.tid is not None:
+        attributes[semconv.THREAD_ID] = node.tid
+    for key, value in args.items():
+        if key in _SIZE_ARGS or key.startswith("mem_"):
+            number = _int(value)
+            if number is not None:
+                attributes[semconv.NODE_SIZE_PREFIX + key] = number
+    index = _int(args.get("node_index"))
+    if index is not None:
+        attributes[semconv.NODE_INDEX] = index
+    for key, name in (
+        ("input_type_shape", semconv.NODE_INPUT_SHAPES),
+        ("output_type_shape", semconv.NODE_OUTPUT_SHAPES),
+    ):
+        shapes = _shapes(args.get(key))
+        if shapes:
+            attributes[name] = shapes
+    stats = args.get("thread_scheduling_stats")
+    if isinstance(stats, dict):
+        attributes.update(_thread_summary(stats))
+    return attributes
+
+
+def _shapes(value: Any) -> tuple[str, ...]:
+    """ORT's ``[{"float": [4, 64]}, ...]`` → ``("float[4,64]", ...)``, at most 16 entries."""
+    if not isinstance(value, list):
+        return ()
+    shapes = []
+    for entry in value[:_MAX_SHAPES]:
+        if isinstance(entry, dict):
+            for dtype, dims in entry.items():
+                if isinstance(dims, list):
+                    shapes.append(f"{dtype}[{','.join(map(str, dims))}]")
+    if len(value) > _MAX_SHAPES:
+        shapes.append(f"+{len(value) - _MAX_SHAPES} more")
+    return tuple(shapes)
+
+
+def _thread_summary(stats: dict[str, Any]) -> dict[str, AttributeValue]:
+    summary: dict[str, AttributeValue] = {}
+    main = stats.get("main_thread")
+    if isinstance(main, dict):
+        if isinstance(main.get("thread_pool_name"), str):
+            summary[semconv.NODE_THREAD_POOL] = main["thread_pool_name"]
+        for key, name in (
+            ("Run", semconv.NODE_MAIN_THREAD_RUN_US),
+            ("Wait", semconv.NODE_MAIN_THREAD_WAIT_US),
+        ):
+            number = _int(main.get(key))
+            if number is not None:
+                summary[name] = number
+    sub_threads = stats.get("sub_threads")
+    if isinstance(sub_threads, dict):
+        runs = [_int(s.get("num_run")) or 0 for s in sub_threads.values() if isinstance(s, dict)]
+        summary[semconv.NODE_THREADS_USED] = 1 + sum(1 for n in runs if n > 0)
+        summary[semconv.NODE_THREAD_TASKS] = sum(runs)
+    return summary
+
+
+def _kernel_attributes(kernel: KernelRecord) -> dict[str, AttributeValue]:
+    args = kernel.args
+    attributes: dict[str, AttributeValue] = {semconv.KERNEL_NAME: kernel.name}
+    if isinstance(args.get("op_name"), str):
+        attributes[semconv.KERNEL_OP_NAME] = args["op_name"]
+    for prefix, name in (("grid_", semconv.KERNEL_GRID), ("block_", semconv.KERNEL_BLOCK)):
+        dims = [_int(args.get(prefix + axis)) for axis in "xyz"]
+        if all(d is not None for d in dims):
+            attributes[name] = tuple(d for d in dims if d is not None)
+    stream = _int(args.get("stream"))
+    if stream is not None:
+        attributes[semconv.KERNEL_STREAM] = stream
+    return attributes
+
+
+def _int(value: Any) -> int | None:
+    """ORT writes numbers in args as JSON strings (``"1024"``) or numbers."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return None

@@ -1,0 +1,53 @@
+"""Profile files for the tests: real ones written by ORT, and ones shaped as ORT writes them
+in builds or versions this machine cannot run (GPU kernels, old fence events)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from otel_ort.demo_model import mlp_model
+
+
+def session_level_profile(directory: Path, depth: int = 100, runs: int = 3) -> Path:
+    """A real session-level profile: an unfused MLP of ``3 * depth`` nodes, ``runs`` runs."""
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(directory / "session")
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(
+        mlp_model(width=16, depth=depth), options, providers=["CPUExecutionProvider"]
+    )
+    for _ in range(runs):
+        session.run(None, {"x": np.ones((2, 16), np.float32)})
+    return Path(session.end_profiling())
+
+
+def node_event(name: str, op: str, ts: int, dur: int, tid: int = 7, **args: Any) -> dict[str, Any]:
+    return {
+        "cat": "Node", "pid": 7, "tid": tid, "ts": ts, "dur": dur, "ph": "X",
+        "name": f"{name}_kernel_time",
+        "args": {"op_name": op, "provider": "CUDAExecutionProvider", "node_index": "1", **args},
+    }  # fmt: skip
+
+
+def model_run(ts: int, dur: int) -> dict[str, Any]:
+    return {"cat": "Session", "pid": 7, "tid": 7, "ts": ts, "dur": dur, "ph": "X",
+            "name": "model_run", "args": {}}  # fmt: skip
+
+
+def kernel_event(name: str, op: str, ts: int, dur: int, **args: Any) -> dict[str, Any]:
+    return {
+        "cat": "Kernel", "pid": -1, "tid": -1, "ts": ts, "dur": dur, "ph": "X", "name": name,
+        "args": {"op_name": op, "stream": "7", "grid_x": "4", "grid_y": "1", "grid_z": "1",
+                 "block_x": "256", "block_y": "1", "block_z": "1", **args},
+    }  # fmt: skip
+
+
+def write(path: Path, events: Any) -> Path:
+    path.write_text(json.dumps(events))
+    return path

@@ -1,0 +1,152 @@
+"""Reading ORT profiles: real files, the shapes ORT writes elsewhere, and broken files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from otel_ort.profiling import ProfileError, read_profile
+from tests.profiles import (
+    kernel_event,
+    model_run,
+    node_event,
+    session_level_profile,
+    write,
+)
+
+
+@pytest.fixture(scope="module")
+def real_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return session_level_profile(tmp_path_factory.mktemp("profiles"))
+
+
+def test_session_level_file_splits_into_runs_with_every_node(real_profile: Path) -> None:
+    events = json.loads(real_profile.read_text())
+    node_events = [e for e in events if e["cat"] == "Node"]
+    profile = read_profile(real_profile)
+    assert len(profile.runs) == 3
+    assert sum(len(run.nodes) for run in profile.runs) == len(node_events) == 900
+    for run in profile.runs:
+        assert len(run.nodes) == 300 and run.complete
+        assert all(run.ts <= node.ts and node.end <= run.end + 1 for node in run.nodes)
+    assert profile.start_source == "filename"
+    assert not profile.truncated and profile.problems == []
+
+
+def test_trace_events_object_and_bare_array_read_alike(tmp_path: Path, real_profile: Path) -> None:
+    events = json.loads(real_profile.read_text())
+    wrapped = write(tmp_path / "wrapped.json", {"traceEvents": events, "displayTimeUnit": "ms"})
+    assert [len(r.nodes) for r in read_profile(wrapped).runs] == [300, 300, 300]
+
+
+def test_truncated_file_keeps_complete_events(tmp_path: Path, real_profile: Path) -> None:
+    text = real_profile.read_text()
+    cut = write(tmp_path / "cut.json", None)
+    cut.write_text(text[: int(len(text) * 0.8)])  # killed mid-write
+    profile = read_profile(cut)
+    assert profile.truncated
+    nodes = [len(run.nodes) for run in profile.runs]
+    assert nodes[:2] == [300, 300] and 0 < nodes[2] < 300
+    assert not profile.runs[2].complete  # its model_run event never came
+
+
+def test_old_format_fence_events_are_not_nodes(tmp_path: Path) -> None:
+    events = [model_run(0, 100)]
+    for k, name in enumerate(["conv", "relu"]):
+        events += [
+            {**node_event(name, "Conv", 10 + 30 * k, 2), "name": f"{name}_fence_before"},
+            node_event(name, "Conv", 12 + 30 * k, 20),
+            {**node_event(name, "Conv", 32 + 30 * k, 1), "name": f"{name}_fence_after"},
+        ]
+    profile = read_profile(write(tmp_path / "old.json", events))
+    assert [node.name for node in profile.runs[0].nodes] == ["conv", "relu"]
+    assert profile.problems == ["4 fence events (old ORT) not shown as nodes"]
+
+
+def test_parallel_executor_nodes_on_several_threads(tmp_path: Path) -> None:
+    events = [
+        model_run(0, 100),
+        node_event("a", "MatMul", 5, 60, tid=11),
+        node_event("b", "MatMul", 10, 40, tid=12),  # overlaps a, other thread
+        node_event("c", "Add", 70, 10, tid=11),
+    ]
+    (run,) = read_profile(write(tmp_path / "parallel.json", events)).runs
+    assert [(n.name, n.tid) for n in run.nodes] == [("a", 11), ("b", 12), ("c", 11)]
+
+
+def test_gpu_kernels_link_to_nodes(tmp_path: Path) -> None:
+    events = [
+        model_run(0, 200),
+        node_event("mm1", "MatMul", 10, 30),
+        node_event("mm2", "MatMul", 50, 30),
+        node_event("add", "Add", 90, 10),
+        kernel_event("gemm_kernel", "MatMul", 60, 5),  # inside mm2 by op name and time
+        kernel_event("late_kernel", "Add", 150, 5, parent_name="add"),  # explicit linkage
+        kernel_event("stray_kernel", "Softmax", 120, 5),  # no Softmax node: unmatched
+    ]
+    (run,) = read_profile(write(tmp_path / "gpu.json", events)).runs
+    kernels = {node.name: [k.name for k in node.kernels] for node in run.nodes}
+    assert kernels == {"mm1": [], "mm2": ["gemm_kernel"], "add": ["late_kernel"]}
+    assert [k.name for k in run.unmatched_kernels] == ["stray_kernel"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "is empty (0 bytes): ORT leaves an empty file when a profiled run fails"),
+        (b"\xff\xfe garbage", "is not UTF-8 text"),
+        (b"this is not json", "is not JSON (Expecting value at line 1, column 1)"),
+        (b'{"events": []}', 'expected an array of events or an object with a "traceEvents"'),
+        (b'"a string"', "is JSON but not a trace"),
+        (b'[{"cat": "Node"}, {"name": "x"}]', "holds no ORT run, node or kernel events"),
+        (
+            b'[{"cat": "Node", "name": "a_kernel_time", "ts": -5, "dur": 1, "ph": "X"},'
+            b' {"cat": "Node", "name": "b_kernel_time", "ts": "soon", "dur": 1, "ph": "X"}]',
+            "2 events skipped: 'ts' or 'dur' missing, negative or not a number",
+        ),
+    ],
+)
+def test_bad_files_get_a_clear_error_naming_the_file(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(ProfileError) as raised:
+        read_profile(path)
+    assert str(raised.value).startswith(f"{path}: ")
+    assert message in str(raised.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match="cannot be read"):
+        read_profile(tmp_path / "nope.json")
+
+
+def test_events_with_bad_fields_are_skipped_and_counted(tmp_path: Path) -> None:
+    events = [
+        model_run(0, 100),
+        node_event("good", "Relu", 10, 5),
+        {**node_event("neg", "Relu", 20, 5), "dur": -1},
+        {**node_event("nan", "Relu", 30, 5), "ts": "NaN"},
+        {"cat": "Node", "ts": 40, "dur": 1, "ph": "X"},
+        17,
+    ]
+    profile = read_profile(write(tmp_path / "mixed.json", events))
+    assert [n.name for n in profile.runs[0].nodes] == ["good"]
+    assert sorted(profile.problems) == [
+        "1 events skipped: no 'name' or 'cat' string",
+        "1 events skipped: not a JSON object",
+        "2 events skipped: 'ts' or 'dur' missing, negative or not a number",
+    ]
+
+
+@pytest.mark.e2e  # about 20 s: ORT's own cap is 1,000,000 events
+def test_a_file_of_a_million_events_reads_in_bounded_time(tmp_path: Path) -> None:
+    events = [model_run(0, 10_000_000)] + [
+        node_event(f"n{k}", "Relu", 1 + k * 10, 5) for k in range(1_000_000)
+    ]
+    path = write(tmp_path / "huge.json", events)
+    (run,) = read_profile(path).runs
+    assert len(run.nodes) == 1_000_000

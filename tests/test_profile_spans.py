@@ -1,0 +1,133 @@
+"""Profiles → span trees through a real SDK TracerProvider, in memory and over OTLP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_ort import semconv
+from otel_ort.delivery import SpanDelivery
+from otel_ort.profiling import read_profile
+from otel_ort.spans import SpanBuilder
+from tests.conftest import attrs
+from tests.otlp_receiver import OtlpReceiver
+from tests.profiles import kernel_event, model_run, node_event, session_level_profile, write
+
+
+@pytest.fixture(scope="module")
+def real_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return session_level_profile(tmp_path_factory.mktemp("profiles"))
+
+
+def convert(path: Path, provider: TracerProvider, **options: int) -> int:
+    profile = read_profile(path)
+    builder, delivery = SpanBuilder(provider, **options), SpanDelivery(provider)
+    return sum(delivery.deliver(builder.run_tree(profile, run).spans) for run in profile.runs)
+
+
+def check_tree(spans: list[ReadableSpan], node_events: int) -> None:
+    by_id = {span.context.span_id: span for span in spans if span.context}
+    runs = [span for span in spans if span.name == semconv.SPAN_RUN]
+    nodes = [span for span in spans if semconv.NODE_OP_TYPE in attrs(span)]
+    assert len(nodes) == node_events
+    for node in nodes:
+        assert node.parent is not None
+        run = by_id[node.parent.span_id]
+        assert run.name == semconv.SPAN_RUN
+        assert run.start_time <= node.start_time <= node.end_time <= run.end_time  # type: ignore[operator]
+        assert node.context.trace_id == run.context.trace_id
+    assert len({run.context.trace_id for run in runs}) == len(runs)  # one trace per run
+
+
+def test_every_node_event_becomes_one_span_under_its_run(real_profile: Path) -> None:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "replay"}))
+    provider.add_span_processor(BatchSpanProcessor(memory))  # default queue: 2048 < 903 x 3
+    assert convert(real_profile, provider) == 0
+    provider.shutdown()
+    spans = list(memory.get_finished_spans())
+    events = json.loads(real_profile.read_text())
+    check_tree(spans, sum(1 for e in events if e["cat"] == "Node"))
+    assert len(spans) == 903
+    assert {span.resource.attributes["service.name"] for span in spans} == {"replay"}
+    node = next(s for s in spans if attrs(s).get(semconv.NODE_NAME) == "matmul_0")
+    assert attrs(node)[semconv.NODE_OP_TYPE] == "MatMul"
+    assert attrs(node)[semconv.NODE_INPUT_SHAPES] == ("float[2,16]",)  # weights not listed
+    assert attrs(node)[semconv.NODE_SIZE_PREFIX + "output_size"] == 128
+
+
+def test_same_tree_arrives_over_otlp(real_profile: Path) -> None:
+    with OtlpReceiver() as receiver:
+        provider = TracerProvider()
+        provider.add_span_processor(
+            BatchSpanProcessor(OTLPSpanExporter(endpoint=receiver.grpc_endpoint, insecure=True))
+        )
+        assert convert(real_profile, provider) == 0
+        provider.shutdown()
+        received = receiver.wait_for_spans(903)
+    spans = [span for _, span in received]
+    assert len(spans) == 903
+    ids = {span.span_id: span for span in spans}
+    runs = [span for span in spans if span.name == semconv.SPAN_RUN]
+    nodes = [span for span in spans if span.name != semconv.SPAN_RUN]
+    assert len(runs) == 3 and len(nodes) == 900
+    for node in nodes:
+        run = ids[node.parent_span_id]
+        assert run.name == semconv.SPAN_RUN
+        assert run.start_time_unix_nano <= node.start_time_unix_nano
+        assert node.end_time_unix_nano <= run.end_time_unix_nano
+
+
+def test_node_cap_keeps_longest_and_summarises_the_rest(tmp_path: Path) -> None:
+    events = [model_run(0, 1000)] + [
+        node_event(f"n{k}", "Relu" if k % 2 else "Add", 10 + k * 10, 1 + k) for k in range(20)
+    ]
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(memory))
+    convert(write(tmp_path / "many.json", events), provider, max_node_spans=5)
+    provider.shutdown()
+    spans = memory.get_finished_spans()
+    (run,) = [s for s in spans if s.name == semconv.SPAN_RUN]
+    assert sorted(s.name for s in spans if s is not run) == ["n15", "n16", "n17", "n18", "n19"]
+    assert attrs(run)[semconv.RUN_NODE_COUNT] == 20
+    assert attrs(run)[semconv.RUN_NODES_NOT_EMITTED] == 15
+    assert sum(attrs(run)[semconv.RUN_NOT_EMITTED_COUNTS]) == 15
+    assert set(attrs(run)[semconv.RUN_NOT_EMITTED_OP_TYPES]) == {"Add", "Relu"}
+
+
+def test_kernels_hang_under_nodes_and_parents_cover_children(tmp_path: Path) -> None:
+    events = [
+        model_run(0, 100),
+        node_event("mm", "MatMul", 10, 20),
+        kernel_event("gemm", "MatMul", 25, 200),  # starts in mm, ends after the run window
+        kernel_event("stray", "Softmax", 50, 5),
+    ]
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(memory))
+    convert(write(tmp_path / "gpu.json", events), provider)
+    provider.shutdown()
+    spans = {span.name: span for span in memory.get_finished_spans()}
+    run, node, gemm, stray = (spans[n] for n in (semconv.SPAN_RUN, "mm", "gemm", "stray"))
+    assert gemm.parent.span_id == node.context.span_id  # type: ignore[union-attr]
+    assert stray.parent.span_id == run.context.span_id  # type: ignore[union-attr]
+    assert attrs(stray)[semconv.KERNEL_UNMATCHED] is True
+    assert attrs(gemm)[semconv.KERNEL_GRID] == (4, 1, 1)
+    assert attrs(gemm)[semconv.KERNEL_BLOCK] == (256, 1, 1)
+    assert node.end_time == gemm.end_time and run.end_time == gemm.end_time
+    assert attrs(node)[semconv.NODE_DURATION_US] == 20.0
+
+
+def test_delivery_needs_the_sdk_provider() -> None:
+    from opentelemetry.trace import NoOpTracerProvider
+
+    with pytest.raises(TypeError, match="need the OpenTelemetry SDK's TracerProvider"):
+        SpanDelivery(NoOpTracerProvider())
