@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from otel_ort.spans import DEFAULT_MAX_NODE_SPANS
 from otel_ort.version import __version__
 
 
@@ -26,8 +27,33 @@ def main(argv: list[str] | None = None) -> int:
         help="where the model and the spans file go (default: ./otel-ort-demo)",
     )
     demo.add_argument("--requests", type=int, default=20, help="number of requests (default 20)")
+
+    convert = commands.add_parser(
+        "convert", help="replay ORT profile files as traces: one per run, a span per node"
+    )
+    convert.add_argument("profiles", nargs="+", metavar="PROFILE.json")
+    convert.add_argument("--service-name", help="service.name of the spans (default: onnxruntime)")
+    convert.add_argument("--otlp-endpoint", metavar="URL", help="e.g. http://localhost:4317")
+    convert.add_argument("--protocol", choices=("grpc", "http/protobuf"), default="grpc")
+    convert.add_argument("--console", action="store_true", help="print the span trees")
+    convert.add_argument("--output", metavar="FILE", help="append the spans as OTLP/JSON lines")
+    convert.add_argument(
+        "--max-node-spans",
+        type=int,
+        default=DEFAULT_MAX_NODE_SPANS,
+        help=f"node spans per run at most (default {DEFAULT_MAX_NODE_SPANS}); "
+        "the rest are summarised on the run span",
+    )
+
+    summary = commands.add_parser("summary", help="tables of where a profile's time went")
+    summary.add_argument("profile", metavar="PROFILE.json")
+    summary.add_argument("--top", type=int, default=15, help="rows of the top-nodes table")
     args = parser.parse_args(argv)
 
+    if args.command == "convert":
+        return _convert(parser, args)
+    if args.command == "summary":
+        return _summary(args)
     if args.command == "demo":
         from otel_ort.demo import run_demo
 
@@ -38,6 +64,36 @@ def main(argv: list[str] | None = None) -> int:
         except (RuntimeError, OSError) as exc:
             print(f"otel-ort demo: {exc}", file=sys.stderr)
             return 1
+    return 0
+
+
+def _convert(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from otel_ort.convert import ConvertOptions, convert_files
+
+    if args.max_node_spans < 0:
+        parser.error("--max-node-spans must be 0 or more")
+    options = ConvertOptions(
+        service_name=args.service_name,
+        otlp_endpoint=args.otlp_endpoint,
+        protocol=args.protocol,
+        console=args.console or not (args.otlp_endpoint or args.output),
+        output=args.output,
+        max_node_spans=args.max_node_spans,
+    )
+    failed = convert_files(args.profiles, options)
+    return 1 if failed else 0
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from otel_ort.profiling import ProfileError, read_profile
+    from otel_ort.summary import summarize
+
+    try:
+        profile = read_profile(args.profile)
+    except ProfileError as exc:
+        print(f"otel-ort summary: {exc}", file=sys.stderr)
+        return 1
+    print(summarize(profile, top=args.top))
     return 0
 
 

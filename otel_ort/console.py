@@ -13,6 +13,7 @@ from otel_ort import semconv
 # Attributes worth a glance in a terminal, with their short labels, in display order;
 # a run's model and providers are on its session's span already.
 _SHOWN = {
+    semconv.NODE_OP_TYPE: "op",
     semconv.RUN_INPUTS: "inputs",
     semconv.RUN_PROFILED: "profiled",
     semconv.ERROR_TYPE: "error",

@@ -18,6 +18,7 @@ summarised per op type on the run span (``onnxruntime.run.not_emitted.*``).
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ class RunTree:
 
     spans: list[ReadableSpan]
     run_span: ReadableSpan
+    nodes_not_emitted: int
+    """Nodes over ``max_node_spans``, summarised on the run span instead."""
 
 
 class SpanBuilder:
@@ -89,7 +92,7 @@ class SpanBuilder:
         run_attributes.update(attributes or {})
         run_span = self._span(semconv.SPAN_RUN, run_context, parent, run_attributes, start, end)
         spans.append(run_span)
-        return RunTree(spans, run_span)
+        return RunTree(spans, run_span, int(summary[semconv.RUN_NODES_NOT_EMITTED]))  # type: ignore[arg-type]
 
     def node_spans(
         self, profile: Profile, run: RunRecord, parent: SpanContext
@@ -183,7 +186,6 @@ def _left_out_summary(nodes: list[NodeRecord]) -> dict[str, AttributeValue]:
 
 
 def _node_attributes(node: NodeRecord) -> dict[str, AttributeValue]:
-    args = node.args
     attributes: dict[str, AttributeValue] = {
         semconv.NODE_NAME: node.name,
         semconv.NODE_OP_TYPE: node.op_type,
@@ -192,25 +194,30 @@ def _node_attributes(node: NodeRecord) -> dict[str, AttributeValue]:
     }
     if node.tid is not None:
         attributes[semconv.THREAD_ID] = node.tid
-    for key, value in args.items():
-        if key in _SIZE_ARGS or key.startswith("mem_"):
-            number = _int(value)
-            if number is not None:
-                attributes[semconv.NODE_SIZE_PREFIX + key] = number
-    index = _int(args.get("node_index"))
-    if index is not None:
-        attributes[semconv.NODE_INDEX] = index
-    for key, name in (
-        ("input_type_shape", semconv.NODE_INPUT_SHAPES),
-        ("output_type_shape", semconv.NODE_OUTPUT_SHAPES),
-    ):
-        shapes = _shapes(args.get(key))
-        if shapes:
-            attributes[name] = shapes
-    stats = args.get("thread_scheduling_stats")
-    if isinstance(stats, dict):
-        attributes.update(_thread_summary(stats))
+    for key, value in node.args.items():  # one pass: this runs once per node of every profile
+        name = _INT_ARGS.get(key)
+        if name is None and key.startswith("mem_"):
+            name = _INT_ARGS[key] = semconv.NODE_SIZE_PREFIX + key
+        if name is not None:
+            with contextlib.suppress(TypeError, ValueError):
+                attributes[name] = int(value)
+        elif key in _SHAPE_ARGS:
+            shapes = _shapes(value)
+            if shapes:
+                attributes[_SHAPE_ARGS[key]] = shapes
+        elif key == "thread_scheduling_stats" and isinstance(value, dict):
+            attributes.update(_thread_summary(value))
     return attributes
+
+
+# args read as integers: the sizes, ORT's mem_* statistics (added as met), the node index
+_INT_ARGS = {key: semconv.NODE_SIZE_PREFIX + key for key in _SIZE_ARGS}
+_INT_ARGS["node_index"] = semconv.NODE_INDEX
+_INT_ARGS["graph_index"] = semconv.NODE_INDEX  # ORT <= 1.13
+_SHAPE_ARGS = {
+    "input_type_shape": semconv.NODE_INPUT_SHAPES,
+    "output_type_shape": semconv.NODE_OUTPUT_SHAPES,
+}
 
 
 def _shapes(value: Any) -> tuple[str, ...]:

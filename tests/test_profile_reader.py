@@ -83,7 +83,7 @@ def test_gpu_kernels_link_to_nodes(tmp_path: Path) -> None:
         node_event("mm2", "MatMul", 50, 30),
         node_event("add", "Add", 90, 10),
         kernel_event("gemm_kernel", "MatMul", 60, 5),  # inside mm2 by op name and time
-        kernel_event("late_kernel", "Add", 150, 5, parent_name="add"),  # explicit linkage
+        kernel_event("late_kernel", "Add", 150, 5, parent_name="add_kernel_time"),  # explicit
         kernel_event("stray_kernel", "Softmax", 120, 5),  # no Softmax node: unmatched
     ]
     (run,) = read_profile(write(tmp_path / "gpu.json", events)).runs

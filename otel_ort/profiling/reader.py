@@ -7,10 +7,11 @@ and run-level files (one run); old files with ``<node>_fence_before``/``_fence_a
 GPU ``Kernel`` events. Only complete (``"ph": "X"``) events are read; metadata and counter
 events (which otel-ort itself adds) are passed over.
 
-A kernel belongs to the node its args name (``parent_name``, ORT's explicit linkage) when
-present; otherwise to the node of the same run whose op type equals the kernel's ``op_name``
-and whose window contains the kernel's start, the latest-starting one if several do. A kernel
-no node claims stays in its run's ``unmatched_kernels``, never dropped.
+A kernel belongs to the node its args name (``parent_name``: the node's event name, which
+ORT >= 1.14 writes when it found the launching node) when present; otherwise to the node of
+the same run whose op type equals the kernel's ``op_name`` and whose window contains the
+kernel's start, the latest-starting one if several do. A kernel no node claims stays in its
+run's ``unmatched_kernels``, never dropped.
 
 Bad input raises :class:`ProfileError` naming the file and the problem. A file cut short
 (a process killed mid-write) is not an error: its complete events are read, the profile is
@@ -251,7 +252,7 @@ def _link_kernels(nodes: list[NodeRecord], kernels: list[KernelRecord]) -> list[
         by_op.setdefault(each.op_type, _OpWindows()).add(each)
     unmatched: list[KernelRecord] = []
     for kernel in kernels:
-        node = by_name.get(str(kernel.args.get(_LINK_ARG, "")))
+        node = by_name.get(str(kernel.args.get(_LINK_ARG, "")).removesuffix(_NODE_SUFFIX))
         if node is None:
             windows = by_op.get(str(kernel.args.get("op_name", "")))
             node = windows.containing(kernel.ts) if windows else None

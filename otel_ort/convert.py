@@ -1,0 +1,102 @@
+"""``otel-ort convert``: replay ORT profile files (any ORT, any language binding) as traces.
+
+One trace per run: a run span, a span per node, GPU kernels under their nodes. Spans go to an
+OTLP endpoint, an OTLP/JSON lines file and/or the terminal, through an SDK TracerProvider of
+their own (``service.name`` from ``--service-name``, else ``OTEL_SERVICE_NAME``, else
+``onnxruntime``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_ort.console import render_span_tree
+from otel_ort.delivery import SpanDelivery
+from otel_ort.export import OtlpJsonFileSpanExporter
+from otel_ort.profiling import ProfileError, read_profile
+from otel_ort.spans import DEFAULT_MAX_NODE_SPANS, SpanBuilder
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    service_name: str | None = None
+    otlp_endpoint: str | None = None
+    protocol: str = "grpc"
+    console: bool = False
+    output: str | None = None
+    max_node_spans: int = DEFAULT_MAX_NODE_SPANS
+
+
+def otlp_exporter(endpoint: str, protocol: str) -> SpanExporter:
+    """The standard OTLP span exporter for ``protocol`` (``grpc`` or ``http/protobuf``)."""
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcExporter,
+        )
+
+        return GrpcExporter(endpoint=endpoint, insecure=endpoint.startswith("http://"))
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpExporter,
+    )
+
+    base = endpoint.rstrip("/")
+    return HttpExporter(endpoint=base if base.endswith("/v1/traces") else base + "/v1/traces")
+
+
+def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO = sys.stdout) -> int:
+    """Convert every file; report each on ``out``; return the number that failed."""
+    service = options.service_name or os.environ.get("OTEL_SERVICE_NAME") or "onnxruntime"
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    memory = InMemorySpanExporter() if options.console else None
+    exporters: list[SpanExporter] = [e for e in (memory,) if e is not None]
+    if options.otlp_endpoint:
+        exporters.append(otlp_exporter(options.otlp_endpoint, options.protocol))
+    if options.output:
+        exporters.append(OtlpJsonFileSpanExporter(options.output))
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    builder = SpanBuilder(provider, options.max_node_spans)
+    delivery = SpanDelivery(provider)
+    failed = 0
+    for number, path in enumerate(paths, start=1):
+        prefix = f"[{number}/{len(paths)}] {path}"
+        try:
+            profile = read_profile(path)
+        except ProfileError as exc:
+            print(f"{prefix}: skipped: {exc.problem}", file=out)
+            failed += 1
+            continue
+        nodes = dropped = not_emitted = 0
+        for run in profile.runs:
+            tree = builder.run_tree(profile, run)
+            dropped += delivery.deliver(tree.spans)
+            nodes += len(run.nodes)
+            not_emitted += tree.nodes_not_emitted
+        notes = [f"time base from {profile.start_source}"]
+        if profile.truncated:
+            notes.append("TRUNCATED file: complete events only")
+        if not_emitted:
+            notes.append(f"{not_emitted} nodes over --max-node-spans summarised on run spans")
+        if dropped:
+            notes.append(f"{dropped} spans DROPPED by a span processor")
+        notes += profile.problems
+        print(
+            f"{prefix}: {len(profile.runs)} run(s), {nodes} nodes -> {len(profile.runs)} trace(s) "
+            f"({'; '.join(notes)})",
+            file=out,
+        )
+    provider.shutdown()
+    if memory is not None:
+        print(render_span_tree(memory.get_finished_spans()), file=out)
+    if options.output:
+        print(f"spans written to {options.output}", file=out)
+    return failed
