@@ -52,8 +52,9 @@ def otlp_exporter(endpoint: str, protocol: str) -> SpanExporter:
     return HttpExporter(endpoint=base if base.endswith("/v1/traces") else base + "/v1/traces")
 
 
-def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO = sys.stdout) -> int:
-    """Convert every file; report each on ``out``; return the number that failed."""
+def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | None = None) -> int:
+    """Convert every file; report each on ``out`` (stdout); return the number that failed."""
+    out = out or sys.stdout
     service = options.service_name or os.environ.get("OTEL_SERVICE_NAME") or "onnxruntime"
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     memory = InMemorySpanExporter() if options.console else None

@@ -30,8 +30,9 @@ from otel_ort.tables import format_table
 SERVICE_NAME = "otel-ort-demo"
 
 
-def run_demo(output_dir: Path, requests: int = 20, out: TextIO = sys.stdout) -> Path:
-    """Run the demo; return the path of the spans file it wrote."""
+def run_demo(output_dir: Path, requests: int = 20, out: TextIO | None = None) -> Path:
+    """Run the demo, reporting on ``out`` (stdout); return the path of the spans file."""
+    out = out or sys.stdout
     import onnxruntime as ort
 
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,84 @@
+"""`otel-ort convert` and `otel-ort summary` on real and broken profile files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from otel_ort import semconv
+from otel_ort.cli import main
+from tests.otlp_receiver import OtlpReceiver
+from tests.profiles import session_level_profile
+
+
+@pytest.fixture(scope="module")
+def real_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return session_level_profile(tmp_path_factory.mktemp("profiles"), depth=4, runs=2)
+
+
+def test_convert_to_otlp_file_and_console(
+    real_profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "spans.jsonl"
+    assert main(["convert", str(real_profile), "--output", str(output), "--console"]) == 0
+    out = capsys.readouterr().out
+    assert "2 run(s), 24 nodes -> 2 trace(s) (time base from filename)" in out
+    assert "├─ matmul_0" in out and "op=MatMul" in out
+    spans = [
+        span
+        for line in output.read_text().splitlines()
+        for rs in json.loads(line)["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for span in ss["spans"]
+    ]
+    assert len(spans) == 26
+    assert sum(1 for span in spans if span["name"] == semconv.SPAN_RUN) == 2
+
+
+def test_convert_over_otlp_http(real_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with OtlpReceiver() as receiver:
+        code = main([
+            "convert", str(real_profile), "--otlp-endpoint", receiver.http_endpoint,
+            "--protocol", "http/protobuf", "--service-name", "replayed",
+        ])  # fmt: skip
+        received = receiver.wait_for_spans(26)
+    assert code == 0 and len(received) == 26
+    resource = received[0][0]
+    assert {kv.key: kv.value.string_value for kv in resource.attributes}[
+        "service.name"
+    ] == "replayed"
+
+
+def test_convert_reports_bad_files_and_goes_on(
+    real_profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_bytes(b"")
+    cut = tmp_path / "cut.json"
+    cut.write_text(real_profile.read_text()[:-400])
+    assert main(["convert", str(empty), str(cut), "--output", str(tmp_path / "o.jsonl")]) == 1
+    out = capsys.readouterr().out
+    assert f"[1/2] {empty}: skipped: is empty (0 bytes)" in out
+    assert f"[2/2] {cut}: 2 run(s)" in out and "TRUNCATED file: complete events only" in out
+    assert "Traceback" not in out
+
+
+def test_summary_tables(real_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["summary", str(real_profile), "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "2 run(s), 24 node executions" in out
+    assert "| node" in out and "| op type" in out and "| provider" in out
+    assert "| MatMul  |     8 |" in out
+
+
+def test_summary_of_a_bad_file_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "x.json"
+    path.write_text("{not json")
+    assert main(["summary", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.strip().startswith(f"otel-ort summary: {path}: is not JSON")
+    assert "Traceback" not in err
