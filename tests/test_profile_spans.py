@@ -131,3 +131,19 @@ def test_delivery_needs_the_sdk_provider() -> None:
 
     with pytest.raises(TypeError, match="need the OpenTelemetry SDK's TracerProvider"):
         SpanDelivery(NoOpTracerProvider())
+
+
+def test_node_spans_hang_under_a_live_span(real_profile: Path) -> None:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(memory))
+    profile = read_profile(real_profile)
+    with provider.get_tracer("test").start_as_current_span("onnxruntime.run") as live:
+        spans, summary = SpanBuilder(provider).node_spans(
+            profile, profile.runs[0], live.get_span_context()
+        )
+    SpanDelivery(provider).deliver(spans)
+    provider.shutdown()
+    nodes = [s for s in memory.get_finished_spans() if s.name != "onnxruntime.run"]
+    assert len(nodes) == 300 and summary[semconv.RUN_NODE_COUNT] == 300
+    assert {s.parent.span_id for s in nodes if s.parent} == {live.get_span_context().span_id}
