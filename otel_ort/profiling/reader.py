@@ -30,6 +30,7 @@ import time
 from collections import Counter, defaultdict
 from typing import Any
 
+from otel_ort.gc_pause import gc_paused
 from otel_ort.profiling.model import KernelRecord, NodeRecord, Profile, RunRecord
 
 _NODE_SUFFIX = "_kernel_time"
@@ -57,14 +58,15 @@ def read_profile(path: str | os.PathLike[str], start_ns: int | None = None) -> P
     last event's end.
     """
     path = os.fspath(path)
-    events, truncated = _load_events(path)
-    parsed = _Parsed(path)
-    for event in events:
-        parsed.add(event)
-    if not parsed.usable:
-        summary = "; ".join(parsed.problem_lines()) or "no events"
-        raise ProfileError(path, f"holds no ORT run, node or kernel events ({summary})")
-    runs = parsed.runs()
+    with gc_paused():
+        events, truncated = _load_events(path)
+        parsed = _Parsed(path)
+        for event in events:
+            parsed.add(event)
+        if not parsed.usable:
+            summary = "; ".join(parsed.problem_lines()) or "no events"
+            raise ProfileError(path, f"holds no ORT run, node or kernel events ({summary})")
+        runs = parsed.runs()
     source = "caller"
     if start_ns is None:
         start_ns, source = _start_time(path, runs)
