@@ -46,9 +46,12 @@ class SpanDelivery:
                     processor.on_end(span)
                 continue
             for span in spans:
+                if getattr(batch, "_shutdown", False):  # it would ignore the span
+                    dropped += 1
+                    continue
                 if len(queue) >= capacity:
                     processor.force_flush()  # exports what is queued, in this thread
-                    if len(queue) >= capacity or getattr(batch, "_shutdown", False):
+                    if len(queue) >= capacity:
                         dropped += 1
                         continue
                 processor.on_end(span)

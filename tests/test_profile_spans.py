@@ -147,3 +147,27 @@ def test_node_spans_hang_under_a_live_span(real_profile: Path) -> None:
     nodes = [s for s in memory.get_finished_spans() if s.name != "onnxruntime.run"]
     assert len(nodes) == 300 and summary[semconv.RUN_NODE_COUNT] == 300
     assert {s.parent.span_id for s in nodes if s.parent} == {live.get_span_context().span_id}
+
+
+def test_truncated_file_becomes_spans_that_say_so(real_profile: Path, tmp_path: Path) -> None:
+    cut = tmp_path / "cut.json"
+    cut.write_text(real_profile.read_text()[: int(real_profile.stat().st_size * 0.8)])
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(memory))
+    convert(cut, provider)
+    provider.shutdown()
+    runs = sorted(
+        (s for s in memory.get_finished_spans() if s.name == semconv.SPAN_RUN),
+        key=lambda s: attrs(s)[semconv.RUN_INDEX],
+    )
+    assert [attrs(r)[semconv.PROFILE_TRUNCATED] for r in runs] == [True, True, True]
+    assert [attrs(r).get(semconv.RUN_COMPLETE, True) for r in runs] == [True, True, False]
+
+
+def test_spans_a_shut_down_processor_cannot_take_are_counted(real_profile: Path) -> None:
+    provider = TracerProvider()
+    processor = BatchSpanProcessor(InMemorySpanExporter())
+    provider.add_span_processor(processor)
+    processor.shutdown()  # type: ignore[no-untyped-call]
+    assert convert(real_profile, provider) == 903  # every span counted, none silently lost
