@@ -11,13 +11,9 @@ from typing import Any
 
 
 @dataclass(slots=True)
-class KernelRecord:
-    """One ``Kernel`` event: a GPU kernel launched by a node."""
-
-    name: str
+class _Window:
     ts: float
     dur: float
-    args: dict[str, Any]
 
     @property
     def end(self) -> float:
@@ -25,40 +21,36 @@ class KernelRecord:
 
 
 @dataclass(slots=True)
-class NodeRecord:
+class KernelRecord(_Window):
+    """One ``Kernel`` event: a GPU kernel launched by a node."""
+
+    name: str
+    args: dict[str, Any]
+
+
+@dataclass(slots=True)
+class NodeRecord(_Window):
     """One ``Node`` event (``<node>_kernel_time``): one graph node executed once."""
 
     name: str
     op_type: str
     provider: str
-    ts: float
-    dur: float
     tid: int | None
     args: dict[str, Any]
     kernels: list[KernelRecord] = field(default_factory=list)
 
-    @property
-    def end(self) -> float:
-        return self.ts + self.dur
-
 
 @dataclass(slots=True)
-class RunRecord:
+class RunRecord(_Window):
     """One ``Run`` call: the ``model_run`` window and what happened inside it."""
 
     index: int
     """Position in the file, from 0."""
-    ts: float
-    dur: float
     nodes: list[NodeRecord] = field(default_factory=list)
     unmatched_kernels: list[KernelRecord] = field(default_factory=list)
     """Kernels no node could be found for: kept, shown under the run."""
     complete: bool = True
     """False when the file ends before the run's ``model_run`` event (a truncated file)."""
-
-    @property
-    def end(self) -> float:
-        return self.ts + self.dur
 
 
 @dataclass(slots=True)
