@@ -68,7 +68,7 @@ def ours(path: Path) -> tuple[float, float, int]:
     read = time.perf_counter()
     builder, delivery = SpanBuilder(provider), SpanDelivery(provider)
     for run in profile.runs:
-        delivery.deliver(builder.run_tree(profile, run).spans)
+        delivery.deliver(builder.run_tree(profile, run))
     provider.force_flush()
     end = time.perf_counter()
     provider.shutdown()

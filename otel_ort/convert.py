@@ -58,7 +58,7 @@ def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | N
     service = options.service_name or os.environ.get("OTEL_SERVICE_NAME") or "onnxruntime"
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     memory = InMemorySpanExporter() if options.console else None
-    exporters: list[SpanExporter] = [e for e in (memory,) if e is not None]
+    exporters: list[SpanExporter] = [memory] if memory is not None else []
     if options.otlp_endpoint:
         exporters.append(otlp_exporter(options.otlp_endpoint, options.protocol))
     if options.output:
@@ -78,10 +78,9 @@ def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | N
             continue
         nodes = dropped = not_emitted = 0
         for run in profile.runs:
-            tree = builder.run_tree(profile, run)
-            dropped += delivery.deliver(tree.spans)
+            dropped += delivery.deliver(builder.run_tree(profile, run))
             nodes += len(run.nodes)
-            not_emitted += tree.nodes_not_emitted
+            not_emitted += max(0, len(run.nodes) - builder.max_node_spans)
         notes = [f"time base from {profile.start_source}"]
         if profile.truncated:
             notes.append("TRUNCATED file: complete events only")

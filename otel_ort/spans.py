@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -42,16 +41,6 @@ _SIZE_ARGS = ("output_size", "activation_size", "parameter_size")
 _MAX_SHAPES = 16
 
 
-@dataclass(frozen=True, slots=True)
-class RunTree:
-    """The spans of one profiled run, children first; ``run_span`` is the last one."""
-
-    spans: list[ReadableSpan]
-    run_span: ReadableSpan
-    nodes_not_emitted: int
-    """Nodes over ``max_node_spans``, summarised on the run span instead."""
-
-
 class SpanBuilder:
     """Builds span trees from profiles for one TracerProvider."""
 
@@ -69,9 +58,9 @@ class SpanBuilder:
         profile: Profile,
         run: RunRecord,
         parent: SpanContext | None = None,
-        attributes: Mapping[str, AttributeValue] | None = None,
-    ) -> RunTree:
-        """A run span (child of ``parent``, else the root of a new trace) and its subtree."""
+    ) -> list[ReadableSpan]:
+        """A run span (child of ``parent``, else the root of a new trace) and its subtree;
+        children first, the run span last."""
         trace_id = parent.trace_id if parent is not None else self._ids.generate_trace_id()
         run_context = SpanContext(trace_id, self._ids.generate_span_id(), False, _SAMPLED)
         spans, summary = self.node_spans(profile, run, run_context)
@@ -89,10 +78,9 @@ class SpanBuilder:
             run_attributes[semconv.PROFILE_TRUNCATED] = True
         if not run.complete:
             run_attributes[semconv.RUN_COMPLETE] = False
-        run_attributes.update(attributes or {})
         run_span = self._span(semconv.SPAN_RUN, run_context, parent, run_attributes, start, end)
         spans.append(run_span)
-        return RunTree(spans, run_span, int(summary[semconv.RUN_NODES_NOT_EMITTED]))  # type: ignore[arg-type]
+        return spans
 
     def node_spans(
         self, profile: Profile, run: RunRecord, parent: SpanContext

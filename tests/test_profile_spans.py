@@ -29,7 +29,7 @@ def real_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def convert(path: Path, provider: TracerProvider, **options: int) -> int:
     profile = read_profile(path)
     builder, delivery = SpanBuilder(provider, **options), SpanDelivery(provider)
-    return sum(delivery.deliver(builder.run_tree(profile, run).spans) for run in profile.runs)
+    return sum(delivery.deliver(builder.run_tree(profile, run)) for run in profile.runs)
 
 
 def check_tree(spans: list[ReadableSpan], node_events: int) -> None:
