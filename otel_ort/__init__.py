@@ -4,7 +4,8 @@
 >>> OrtInstrumentor().instrument()   # every InferenceSession run becomes a span
 """
 
-from otel_ort.instrumentation import OrtInstrumentor
+from otel_ort.instrumentation import OrtInstrumentor, flush_profiles
+from otel_ort.sampling import profile_next_run
 from otel_ort.version import __version__
 
-__all__ = ["OrtInstrumentor", "__version__"]
+__all__ = ["OrtInstrumentor", "__version__", "flush_profiles", "profile_next_run"]

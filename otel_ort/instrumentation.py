@@ -18,6 +18,7 @@ from wrapt import wrap_function_wrapper
 
 from otel_ort.options import BASE_KEYS, Options, parse_options
 from otel_ort.package import _instruments, _instruments_any
+from otel_ort.profiling.recorded_options import install_recorders, uninstall_recorders
 from otel_ort.wrappers import RUN_METHODS, RunTelemetry
 
 _SESSION_MODULE = "onnxruntime.capi.onnxruntime_inference_collection"
@@ -27,8 +28,12 @@ class OrtInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """OpenTelemetry instrumentation for ONNX Runtime ``InferenceSession``.
 
     ``OrtInstrumentor().instrument(tracer_provider=None, meter_provider=None,
-    request_hook=None, response_hook=None)``; see ``README.md`` for what each run records.
+    request_hook=None, response_hook=None, profile_sampler=None, profile_dir=None,
+    profile_max_files=None, profile_max_bytes=None, profile_mode=None)``; see ``README.md``
+    for what each run records and which runs are profiled.
     """
+
+    _profiler: Any = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -46,7 +51,14 @@ class OrtInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _instrument(self, *, options: Options, **_: Any) -> None:
         from onnxruntime.capi import onnxruntime_inference_collection as collection
 
-        telemetry = RunTelemetry(options)
+        profiler = None
+        if options.profiling.mode == "twin":
+            from otel_ort.profiling.profiler import Profiler
+
+            profiler = Profiler(options.profiling, options.tracer_provider, options.meter_provider)
+            install_recorders(collection.C)
+        self._profiler = profiler
+        telemetry = RunTelemetry(options, profiler)
         wrap_function_wrapper(_SESSION_MODULE, "InferenceSession.__init__", telemetry.init_wrapper)
         wrappers = {method: telemetry.run_wrapper(method) for method in RUN_METHODS}
         wrappers["run_async"] = telemetry.run_async_wrapper
@@ -60,3 +72,15 @@ class OrtInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         unwrap(collection.InferenceSession, "__init__")
         for method in (*RUN_METHODS, "run_async"):
             unwrap(collection.Session, method)
+        if self._profiler is not None:
+            uninstall_recorders()
+            self._profiler.shutdown()
+            self._profiler = None
+
+
+def flush_profiles(timeout: float | None = None) -> bool:
+    """Wait until profiled runs so far are converted (and twins being built are ready), then
+    flush the tracer provider; ``False`` if ``timeout`` seconds were not enough. For batch
+    jobs and tests; interpreter exit does the same by itself."""
+    profiler = OrtInstrumentor()._profiler
+    return True if profiler is None else bool(profiler.flush(timeout))

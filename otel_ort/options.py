@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import Span, TracerProvider
+
+from otel_ort import environment_variables as env
+from otel_ort.profiling.store import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
+from otel_ort.sampling import Never, ProfileSampler, parse_sampler
 
 RequestHook = Callable[[Span, Any, Any], None]
 """``request_hook(span, session, feeds)``: called before the run, when the span is recording."""
@@ -27,6 +32,22 @@ class Options:
     meter_provider: MeterProvider | None = None
     request_hook: RequestHook | None = None
     response_hook: ResponseHook | None = None
+    profiling: ProfilingOptions = field(default_factory=lambda: ProfilingOptions())  # noqa: PLW0108 (defined below)
+
+
+PROFILE_MODES = ("twin", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilingOptions:
+    """Run-level profiling: which runs, where their files go, how many are kept."""
+
+    sampler: ProfileSampler = field(default_factory=Never)
+    directory: str | None = None
+    """``None``: the default directory, created on the first profiled run."""
+    max_files: int = DEFAULT_MAX_FILES
+    max_bytes: int = DEFAULT_MAX_BYTES
+    mode: str = "twin"
 
 
 _EXPECTED: dict[str, tuple[type | None, str]] = {
@@ -35,15 +56,22 @@ _EXPECTED: dict[str, tuple[type | None, str]] = {
     "request_hook": (None, "a callable (span, session, feeds) -> None"),
     "response_hook": (None, "a callable (span, session, outputs) -> None"),
 }
+_PROFILE_KEYS = (
+    "profile_sampler",
+    "profile_dir",
+    "profile_max_files",
+    "profile_max_bytes",
+    "profile_mode",
+)
 
 
 def parse_options(kwargs: Mapping[str, Any]) -> Options:
     """Check ``instrument()``'s options; raise ``ValueError``/``TypeError`` naming the fix."""
-    unknown = sorted(set(kwargs) - set(_EXPECTED) - BASE_KEYS)
+    unknown = sorted(set(kwargs) - set(_EXPECTED) - set(_PROFILE_KEYS) - BASE_KEYS)
     if unknown:
         raise ValueError(
             f"OrtInstrumentor.instrument() got unknown option(s) {', '.join(map(repr, unknown))}; "
-            f"valid options are {', '.join(sorted(_EXPECTED))}"
+            f"valid options are {', '.join(sorted((*_EXPECTED, *_PROFILE_KEYS)))}"
         )
     values = {key: kwargs[key] for key in _EXPECTED if kwargs.get(key) is not None}
     for key, value in values.items():
@@ -54,7 +82,60 @@ def parse_options(kwargs: Mapping[str, Any]) -> Options:
                 f"OrtInstrumentor.instrument({key}=...) must be {description}, "
                 f"got {_describe(value)}"
             )
-    return Options(**values)
+    return Options(**values, profiling=_profiling_options(kwargs))
+
+
+def _profiling_options(kwargs: Mapping[str, Any]) -> ProfilingOptions:
+    """The ``profile_*`` options, each falling back to its ``OTEL_ORT_PROFILE_*`` variable."""
+    sampler = _setting(kwargs, "profile_sampler", env.OTEL_ORT_PROFILE_SAMPLER)
+    if isinstance(sampler, str):
+        sampler = parse_sampler(sampler)
+    elif sampler is None:
+        sampler = Never()
+    elif not isinstance(sampler, ProfileSampler):
+        raise TypeError(
+            "OrtInstrumentor.instrument(profile_sampler=...) must be an otel_ort.sampling "
+            f"sampler (Always(), Ratio(0.01), ...) or its text form, got {_describe(sampler)}"
+        )
+    directory = _setting(kwargs, "profile_dir", env.OTEL_ORT_PROFILE_DIR)
+    if directory is not None and not isinstance(directory, str | os.PathLike):
+        raise TypeError(
+            "OrtInstrumentor.instrument(profile_dir=...) must be a path, "
+            f"got {_describe(directory)}"
+        )
+    mode = str(_setting(kwargs, "profile_mode", env.OTEL_ORT_PROFILE_MODE) or "twin")
+    if mode not in PROFILE_MODES:
+        raise ValueError(
+            f"OrtInstrumentor.instrument(profile_mode={mode!r}): use one of {PROFILE_MODES}"
+        )
+    return ProfilingOptions(
+        sampler=sampler,
+        directory=os.fspath(directory) if directory is not None else None,
+        max_files=_positive(kwargs, "profile_max_files", env.OTEL_ORT_PROFILE_MAX_FILES)
+        or DEFAULT_MAX_FILES,
+        max_bytes=_positive(kwargs, "profile_max_bytes", env.OTEL_ORT_PROFILE_MAX_BYTES)
+        or DEFAULT_MAX_BYTES,
+        mode=mode,
+    )
+
+
+def _setting(kwargs: Mapping[str, Any], key: str, variable: str) -> Any:
+    value = kwargs.get(key)
+    return value if value is not None else os.environ.get(variable) or None
+
+
+def _positive(kwargs: Mapping[str, Any], key: str, variable: str) -> int | None:
+    value = _setting(kwargs, key, variable)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if number < 1 or isinstance(value, bool | float):
+        source = f"${variable}" if key not in kwargs else f"OrtInstrumentor.instrument({key}=...)"
+        raise ValueError(f"{source} must be a whole number >= 1, got {value!r}")
+    return number
 
 
 def _takes_three(hook: Any) -> bool:

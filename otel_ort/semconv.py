@@ -30,6 +30,20 @@ RUN_INPUTS: Final = "onnxruntime.run.inputs"
 RUN_PROFILED: Final = "onnxruntime.run.profiled"
 RUN_PROVIDER_FALLBACK: Final = "onnxruntime.run.provider_fallback"
 
+# Runs selected for profiling (live run span)
+PROFILE_SKIP_REASON: Final = "onnxruntime.profile.skip_reason"
+"""Why a run selected for profiling was not profiled; one of the ``SKIP_*`` values."""
+PROFILE_SKIP_DETAIL: Final = "onnxruntime.profile.skip_detail"
+PROFILE_ERROR: Final = "onnxruntime.profile.error"
+"""A profiled run whose profile could not be read or kept: what went wrong."""
+SKIP_TWIN_NOT_READY: Final = "twin_not_ready"
+SKIP_TWIN_UNAVAILABLE: Final = "twin_unavailable"
+SKIP_METHOD: Final = "method_not_supported"
+SKIP_INPUT: Final = "input_not_supported"
+SKIP_TWIN_ERROR: Final = "twin_error"
+SKIP_BACKLOG: Final = "backlog_full"
+SKIP_UNAVAILABLE: Final = "profiling_unavailable"
+
 # Profiled runs (run span)
 PROFILE_FILE: Final = "onnxruntime.profile.file"
 PROFILE_START_SOURCE: Final = "onnxruntime.profile.start_source"
@@ -74,3 +88,9 @@ THREAD_ID: Final = "thread.id"
 
 # Metrics
 METRIC_RUN_DURATION: Final = "onnxruntime.run.duration"
+METRIC_PROFILE_RUNS: Final = "onnxruntime.profile.runs"
+"""Runs selected for profiling, by ``onnxruntime.profile.outcome``."""
+PROFILE_OUTCOME: Final = "onnxruntime.profile.outcome"
+"""``profiled`` or the skip reason."""
+METRIC_PROFILE_SPANS_DROPPED: Final = "onnxruntime.profile.spans.dropped"
+METRIC_PROFILE_FILES_DELETED: Final = "onnxruntime.profile.files.deleted"

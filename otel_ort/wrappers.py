@@ -13,8 +13,8 @@ through :mod:`otel_ort.failures` and the run goes ahead.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from time import perf_counter
-from typing import Any
+from time import perf_counter, time_ns
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
@@ -35,6 +35,9 @@ from otel_ort.session_facts import (
     session_span_attributes,
 )
 from otel_ort.version import __version__
+
+if TYPE_CHECKING:
+    from otel_ort.profiling.profiler import Profiled, Profiler
 
 Args = tuple[Any, ...]
 Kwargs = dict[str, Any]
@@ -94,7 +97,8 @@ def _suppressed() -> bool:
 class RunTelemetry:
     """The tracer, histogram and hooks of one ``instrument()`` call, and the wrappers using them."""
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, profiler: Profiler | None = None) -> None:
+        self._profiler = profiler
         self._tracer = get_tracer("otel_ort", __version__, options.tracer_provider)
         self._duration = run_duration_histogram(
             get_meter("otel_ort", __version__, options.meter_provider)
@@ -121,6 +125,15 @@ class RunTelemetry:
                 report_failure("could not start a run span")
                 return wrapped(*args, **kwargs)
             start = perf_counter()
+            if self._profiler is not None:
+                profiled = _profile(self._profiler, span, session, method, args, kwargs)
+                if profiled is not None:
+                    outputs = (
+                        outputs_of(args, kwargs, profiled.outputs) if self._response_hook else None
+                    )
+                    self._finish_profiled(span, facts, session, start, profiled, outputs)
+                    return profiled.outputs
+                start = perf_counter()
             try:
                 result = wrapped(*args, **kwargs)
             except BaseException as exc:
@@ -226,6 +239,33 @@ class RunTelemetry:
                 _call_hook("request_hook", self._request_hook, span, session, feeds)
         return span, facts
 
+    def _finish_profiled(
+        self,
+        span: Span,
+        facts: SessionFacts,
+        session: Any,
+        start: float,
+        profiled: Profiled,
+        outputs: Any,
+    ) -> None:
+        """A run profiled on the twin: the profiler's worker ends the span, with its tree."""
+        duration = perf_counter() - start
+        end_ns = time_ns()
+        try:
+            if span.is_recording():
+                span.set_attributes(
+                    {semconv.RUN_PROFILED: True, semconv.PROFILE_FILE: profiled.files.path}
+                )
+        except Exception:
+            report_failure("could not mark a profiled run span")
+        self._finish(span, facts, session, duration, None, outputs, profiled=True)
+        try:
+            assert self._profiler is not None
+            self._profiler.finish(span, end_ns, profiled, facts)
+        except Exception:
+            report_failure("could not hand a profiled run over")
+            span.end(end_ns)
+
     def _finish(
         self,
         span: Span,
@@ -234,8 +274,10 @@ class RunTelemetry:
         duration: float,
         error: BaseException | str | None,
         outputs: Any = None,
+        profiled: bool = False,
     ) -> None:
-        """End the run span (calling ``response_hook`` after a success) and record its duration.
+        """End the run span (calling ``response_hook`` after a success) and record its duration;
+        a ``profiled`` run's span is left for the profiler to end.
 
         Never raises: the caller is about to return ORT's result or re-raise ORT's exception.
         """
@@ -246,13 +288,34 @@ class RunTelemetry:
                 if self._response_hook is not None and span.is_recording():
                     _call_hook("response_hook", self._response_hook, span, session, outputs)
                 metric_attributes = facts.metric_attributes
+                if profiled:
+                    metric_attributes = {**metric_attributes, semconv.RUN_PROFILED: True}
             else:
                 error_type = _set_error(span, error)
                 metric_attributes = {**facts.metric_attributes, semconv.ERROR_TYPE: error_type}
-            span.end()
+            if not profiled:
+                span.end()
             self._duration.record(duration, metric_attributes)
         except Exception:
             report_failure("could not end a run span")
+
+
+def _profile(
+    profiler: Profiler, span: Span, session: Any, method: str, args: Args, kwargs: Kwargs
+) -> Profiled | None:
+    """The run executed on the twin, profiled, if the profiler selects it and can; else
+    ``None``, and the caller runs ORT as usual."""
+    try:
+        if not profiler.selects(span):
+            return None
+        outcome = profiler.attempt(session, method, args, kwargs)
+        if isinstance(outcome, tuple):
+            profiler.record_skip(span, outcome)
+            return None
+        return outcome
+    except Exception:
+        report_failure("could not profile a run")
+        return None
 
 
 def _after_fallback(span: Span, session: Any) -> SessionFacts:

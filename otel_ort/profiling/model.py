@@ -62,7 +62,7 @@ class Profile:
     start_ns: int
     """Absolute time (ns since the epoch) of ``ts == 0``."""
     start_source: str
-    """Where ``start_ns`` came from: ``caller``, ``filename`` or ``mtime``."""
+    """Where ``start_ns`` came from: ``caller``, ``file``, ``filename`` or ``mtime``."""
     event_count: int
     truncated: bool = False
     """The file ended mid-write; ``runs`` hold what was complete."""

@@ -31,6 +31,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from otel_ort.gc_pause import gc_paused
+from otel_ort.profiling.chrome import START_TIME_KEY
 from otel_ort.profiling.model import KernelRecord, NodeRecord, Profile, RunRecord
 
 _NODE_SUFFIX = "_kernel_time"
@@ -53,13 +54,14 @@ class ProfileError(ValueError):
 def read_profile(path: str | os.PathLike[str], start_ns: int | None = None) -> Profile:
     """Read ``path``; ``start_ns`` is the absolute time of ``ts == 0`` when the caller knows it.
 
-    Otherwise it comes from the file name ORT gives profiles (``<prefix>_YYYY-MM-DD_HH-MM-SS_mmm
-    .json``, local time, ms resolution), else from the file's modification time minus the
-    last event's end.
+    Otherwise it comes from the file itself (``otherData.start_time_unix_ns``, which otel-ort
+    writes into the files it keeps), else from the file name ORT gives profiles
+    (``<prefix>_YYYY-MM-DD_HH-MM-SS_mmm.json``, local time, ms resolution), else from the
+    file's modification time minus the last event's end.
     """
     path = os.fspath(path)
     with gc_paused():
-        events, truncated = _load_events(path)
+        events, truncated, declared_start = _load_events(path)
         parsed = _Parsed(path)
         for event in events:
             parsed.add(event)
@@ -68,7 +70,9 @@ def read_profile(path: str | os.PathLike[str], start_ns: int | None = None) -> P
             raise ProfileError(path, f"holds no ORT run, node or kernel events ({summary})")
         runs = parsed.runs()
     source = "caller"
-    if start_ns is None:
+    if start_ns is None and declared_start is not None:
+        start_ns, source = declared_start, "file"
+    elif start_ns is None:
         start_ns, source = _start_time(path, runs)
     return Profile(
         path=path,
@@ -81,8 +85,9 @@ def read_profile(path: str | os.PathLike[str], start_ns: int | None = None) -> P
     )
 
 
-def _load_events(path: str) -> tuple[list[Any], bool]:
-    """The file's events and whether it was cut short."""
+def _load_events(path: str) -> tuple[list[Any], bool, int | None]:
+    """The file's events, whether it was cut short, and the start time it declares (files
+    otel-ort enriched say it in ``otherData``)."""
     try:
         with open(path, "rb") as file:
             data = file.read()
@@ -106,7 +111,12 @@ def _load_events(path: str) -> tuple[list[Any], bool]:
             raise ProfileError(
                 path, f"is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
             ) from None
-        return salvaged, True
+        return salvaged, True, None
+    declared_start = None
+    if isinstance(document, dict):
+        other = document.get("otherData")
+        value = other.get(START_TIME_KEY) if isinstance(other, dict) else None
+        declared_start = value if isinstance(value, int) and value > 0 else None
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
         raise ProfileError(
@@ -114,7 +124,7 @@ def _load_events(path: str) -> tuple[list[Any], bool]:
             f"is JSON but not a trace: expected an array of events or an object with a "
             f'"traceEvents" array, found {type(document).__name__}',
         )
-    return events, False
+    return events, False, declared_start
 
 
 def _salvage(text: str) -> list[Any]:

@@ -1,0 +1,17 @@
+"""Environment variables otel-ort reads; an ``instrument()`` argument wins over its variable."""
+
+OTEL_ORT_PROFILE_SAMPLER = "OTEL_ORT_PROFILE_SAMPLER"
+"""Which runs to profile: ``always``, ``never`` (the default), ``ratio:0.01``, ``rate:2/s``,
+``every:100``, or any of them as ``parentbased_<spelling>``."""
+
+OTEL_ORT_PROFILE_DIR = "OTEL_ORT_PROFILE_DIR"
+"""Where profiled runs' Chrome-trace files are kept (created 0700)."""
+
+OTEL_ORT_PROFILE_MAX_FILES = "OTEL_ORT_PROFILE_MAX_FILES"
+"""Keep at most this many profile files in the directory; the oldest are deleted."""
+
+OTEL_ORT_PROFILE_MAX_BYTES = "OTEL_ORT_PROFILE_MAX_BYTES"
+"""Keep at most this many bytes of profile files in the directory; the oldest are deleted."""
+
+OTEL_ORT_PROFILE_MODE = "OTEL_ORT_PROFILE_MODE"
+"""``twin`` (the default: selected runs execute on a C-API twin of the session) or ``off``."""

@@ -1,0 +1,59 @@
+"""Enrich ORT's Chrome-trace JSON of one profiled run, keeping it loadable by Perfetto and
+chrome://tracing.
+
+ORT writes a bare array of events. The kept file is the object form of the same format:
+``traceEvents`` holds ORT's events unchanged after metadata events naming the process and
+threads (``"ph": "M"``), and ``otherData`` holds the run's trace id, span id, absolute start
+time and what ran it. The ``model_run`` event's args also get the trace and span ids, so
+clicking the run in a viewer shows which trace it belongs to.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+START_TIME_KEY = "start_time_unix_ns"
+"""``otherData`` key: absolute time (ns since the epoch) of ``ts == 0``; the reader uses it."""
+
+_GPU_PID = -1
+
+
+def enrich(
+    document: Any,
+    *,
+    other_data: Mapping[str, Any],
+    process_name: str,
+    thread_names: Mapping[int, str],
+) -> bytes:
+    """The enriched file's bytes from ORT's parsed JSON (an event array or ``traceEvents``
+    object). ``thread_names`` maps OS thread ids to names; other threads get a generic one."""
+    events: list[Any] = document["traceEvents"] if isinstance(document, dict) else document
+    pids: set[int] = set()
+    tids: set[tuple[int, int]] = set()
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        pid, tid = event.get("pid"), event.get("tid")
+        if isinstance(pid, int) and isinstance(tid, int):
+            pids.add(pid)
+            tids.add((pid, tid))
+        if event.get("name") == "model_run" and isinstance(event.get("args"), dict):
+            event["args"].update(
+                {key: other_data[key] for key in ("trace_id", "span_id") if key in other_data}
+            )
+    metadata: list[dict[str, Any]] = []
+    for pid in sorted(pids):
+        name = "GPU kernels" if pid == _GPU_PID else process_name
+        metadata.append(_meta("process_name", pid, 0, name))
+    for pid, tid in sorted(tids):
+        if pid == _GPU_PID:
+            continue
+        metadata.append(_meta("thread_name", pid, tid, thread_names.get(tid, f"ORT thread {tid}")))
+    enriched = {"traceEvents": metadata + events, "displayTimeUnit": "ms", "otherData": other_data}
+    return json.dumps(enriched, separators=(",", ":")).encode()
+
+
+def _meta(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:
+    return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}

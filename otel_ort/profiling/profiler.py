@@ -1,0 +1,420 @@
+"""The profiling engine: runs selected by the sampler execute on the session's twin with ORT's
+run-level profiling; a background worker turns each profile into spans and a kept file.
+
+Request thread (``attempt``): find the session's twin (or ask the worker to build one and run
+normally this time), run the twin with a fresh profile prefix, return its outputs. Anything
+that prevents profiling returns a skip reason instead, and the caller runs ORT normally:
+profiling never changes what a run returns or raises.
+
+Worker (``finish``): read the profile, hang node and kernel spans under the run span, end the
+run span (at the time the run ended), write the enriched Chrome JSON, apply retention.
+
+Lifecycle: a twin is closed when its session is garbage collected, at ``shutdown`` (on
+``uninstrument()`` and at interpreter exit, after pending profiles were converted and the
+provider flushed), and abandoned in a forked child, where the worker starts afresh.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.baggage import _BAGGAGE_KEY
+from opentelemetry.metrics import MeterProvider, get_meter
+from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+from opentelemetry.trace import Span, format_span_id, format_trace_id
+
+from otel_ort import semconv
+from otel_ort.capi import CApi, CSession, OrtError, UnsupportedValue, load_api
+from otel_ort.delivery import SpanDelivery
+from otel_ort.failures import report_failure
+from otel_ort.options import ProfilingOptions
+from otel_ort.profiling import chrome
+from otel_ort.profiling.reader import ProfileError, read_profile
+from otel_ort.profiling.store import (
+    ProfileDirError,
+    ProfileStore,
+    RunFiles,
+    default_profile_dir,
+    remove_files,
+)
+from otel_ort.profiling.twin import Twin, TwinUnavailable, run_options_arguments, twin_config
+from otel_ort.profiling.worker import Worker
+from otel_ort.sampling import PROFILE_BAGGAGE_KEY, Never, take_forced
+from otel_ort.spans import SpanBuilder
+from otel_ort.version import __version__
+
+_logger = logging.getLogger("otel_ort")
+
+_TWIN_KEY = "_otel_ort_twin"
+_ATTEMPTS_KEY = "_otel_ort_twin_attempts"
+_MAX_PRIMING_ATTEMPTS = 3
+_MAX_DETAIL = 512
+_SHUTDOWN_TIMEOUT_S = 30.0
+
+
+@dataclass(slots=True)
+class Profiled:
+    """A run that executed on the twin with profiling."""
+
+    outputs: list[Any]
+    files: RunFiles
+    start_ns: int
+    thread_id: int
+    thread_name: str
+
+
+Skipped = tuple[str, str]
+"""(reason, detail): why a selected run was not profiled."""
+
+
+class Profiler:
+    """Selects, runs and converts profiled runs for one ``instrument()``."""
+
+    def __init__(
+        self,
+        options: ProfilingOptions,
+        tracer_provider: Any = None,
+        meter_provider: MeterProvider | None = None,
+    ) -> None:
+        self.sampler = options.sampler
+        self._options = options
+        self._tracer_provider = tracer_provider
+        self._store: ProfileStore | None = None
+        self._unavailable = ""  # why profiling cannot work at all here, once known
+        if options.directory is not None or not isinstance(options.sampler, Never):
+            self._store = ProfileStore(
+                options.directory or default_profile_dir(), options.max_files, options.max_bytes
+            )
+        self.worker = Worker("otel-ort-profiler")
+        self._lock = threading.Lock()
+        self._twins: weakref.WeakSet[Twin] = weakref.WeakSet()
+        self._api: CApi | None = None
+        self._delivery: tuple[object, SpanBuilder, SpanDelivery] | None = None
+        self._counts: Counter[str] = Counter()
+        self._counts_lock = threading.Lock()
+        meter = get_meter("otel_ort", __version__, meter_provider)
+        self._runs_counter = meter.create_counter(
+            semconv.METRIC_PROFILE_RUNS, "{run}", "Runs selected for profiling, by outcome."
+        )
+        self._dropped_counter = meter.create_counter(
+            semconv.METRIC_PROFILE_SPANS_DROPPED, "{span}", "Profile spans that were dropped."
+        )
+        self._deleted_counter = meter.create_counter(
+            semconv.METRIC_PROFILE_FILES_DELETED, "{file}", "Profile files deleted by retention."
+        )
+        atexit.register(self.shutdown)
+        reference = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _after_fork(reference))
+
+    # -- request thread -------------------------------------------------------------------
+
+    def selects(self, span: Span) -> bool:
+        """Whether this run is to be profiled: forced, or chosen by the sampler."""
+        if take_forced():
+            return True
+        entries = otel_context.get_current().get(_BAGGAGE_KEY)  # 3x cheaper than get_baggage
+        if isinstance(entries, dict) and entries.get(PROFILE_BAGGAGE_KEY) == "1":
+            return True
+        return self.sampler.should_profile(span.get_span_context())
+
+    def attempt(self, session: Any, method: str, args: Any, kwargs: Any) -> Profiled | Skipped:
+        """Run a selected run on the session's twin, profiled; or say why not."""
+        if method != "run":
+            return semconv.SKIP_METHOD, f"{method} is not profiled: only run() has a twin"
+        output_names = args[0] if args else kwargs.get("output_names")
+        feeds = args[1] if len(args) > 1 else kwargs.get("input_feed")
+        run_options = args[2] if len(args) > 2 else kwargs.get("run_options")
+        if not isinstance(feeds, dict):
+            return semconv.SKIP_INPUT, f"input_feed is a {type(feeds).__name__}, not a dict"
+        twin = self._serving_twin(session, feeds, output_names)
+        if isinstance(twin, tuple):
+            return twin
+        return self._run_profiled(twin, feeds, output_names, run_options)
+
+    def _run_profiled(
+        self, twin: Twin, feeds: dict[str, Any], output_names: Any, run_options: Any
+    ) -> Profiled | Skipped:
+        """The run on the twin, with a fresh profile prefix and a place for its conversion."""
+        try:
+            arguments = run_options_arguments(run_options)
+        except TwinUnavailable as exc:
+            return semconv.SKIP_TWIN_UNAVAILABLE, str(exc)
+        assert self._store is not None  # a twin is ready only once the store is
+        if not self.worker.reserve():  # the conversion's place, so that no profile is lost
+            return semconv.SKIP_BACKLOG, f"{self.worker.pending} profiles wait for conversion"
+        files = self._store.new_run()
+        start_ns = time.time_ns()
+        try:
+            outputs = twin.run(
+                feeds, output_names or None, profile_prefix=files.prefix, **arguments
+            )
+        except Exception as exc:  # ORT's error on the twin: ORT's own run will say it again
+            self.worker.release()
+            self._discard(files)
+            reason = semconv.SKIP_INPUT if isinstance(exc, UnsupportedValue) else None
+            return reason or semconv.SKIP_TWIN_ERROR, str(exc)
+        thread = threading.current_thread()
+        return Profiled(outputs, files, start_ns, threading.get_native_id(), thread.name)
+
+    def _serving_twin(
+        self, session: Any, feeds: dict[str, Any], output_names: Any
+    ) -> Twin | Skipped:
+        """The session's twin if it is ready to run a profiled run now; else why not (asking
+        the worker to build one when the session has none)."""
+        if self._unavailable:
+            return semconv.SKIP_UNAVAILABLE, self._unavailable
+        twin: Twin | None = session.__dict__.get(_TWIN_KEY)
+        if twin is None or twin.state == "closed" or not twin.serves(self, session):
+            return self._start_twin(session, feeds, output_names)
+        if twin.state == "building":
+            return semconv.SKIP_TWIN_NOT_READY, "the twin is being built"
+        if twin.state != "ready":
+            return semconv.SKIP_TWIN_UNAVAILABLE, twin.reason
+        return twin
+
+    def record_skip(self, span: Span, skipped: Skipped) -> None:
+        """Mark a selected run that was not profiled, on its span and in the counts."""
+        reason, detail = skipped
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    semconv.PROFILE_SKIP_REASON: reason,
+                    semconv.PROFILE_SKIP_DETAIL: detail[:_MAX_DETAIL],
+                }
+            )
+        self._count_run(reason)
+
+    def finish(self, span: Span, end_ns: int, profiled: Profiled, session_facts: Any) -> None:
+        """Hand a profiled run to the worker (into the place ``attempt`` reserved); the worker
+        ends ``span`` at ``end_ns``."""
+        self._count_run("profiled")
+        self.worker.submit(
+            lambda: self._convert(span, end_ns, profiled, session_facts), reserved=True
+        )
+
+    # -- twins ----------------------------------------------------------------------------
+
+    def _start_twin(self, session: Any, feeds: dict[str, Any], output_names: Any) -> Skipped:
+        with self._lock:
+            twin = session.__dict__.get(_TWIN_KEY)
+            if twin is not None and twin.state != "closed" and twin.serves(self, session):
+                return semconv.SKIP_TWIN_NOT_READY, "the twin is being built"
+            attempts = session.__dict__.get(_ATTEMPTS_KEY, 0) + 1
+            twin = Twin(self, getattr(session, "_providers", None))
+            session.__dict__[_TWIN_KEY] = twin
+            session.__dict__[_ATTEMPTS_KEY] = attempts
+            self._twins.add(twin)
+            weakref.finalize(session, _release_twin, weakref.ref(self), twin)
+        session_ref = weakref.ref(session)
+        job = lambda: self._build(twin, session_ref, dict(feeds), output_names, attempts)  # noqa: E731
+        if not self.worker.submit(job):
+            twin.close()
+            return semconv.SKIP_BACKLOG, "no room in the worker's queue to build the twin"
+        return semconv.SKIP_TWIN_NOT_READY, "the twin is being built"
+
+    def _build(
+        self,
+        twin: Twin,
+        session_ref: Callable[[], Any],
+        feeds: dict[str, Any],
+        output_names: Any,
+        attempts: int,
+    ) -> None:
+        """Worker: create the twin, prime it with one profiled run, let it serve."""
+        session = session_ref()
+        if session is None or twin.state != "building":
+            return
+        try:
+            if self._store is None:
+                self._store = ProfileStore(
+                    default_profile_dir(), self._options.max_files, self._options.max_bytes
+                )
+            api = self._api = self._api or load_api()
+            if not api.supports_run_profiling:
+                raise TwinUnavailable(
+                    f"run-level profiling needs ONNX Runtime >= 1.25 (C API 25); "
+                    f"this is {api.ort_version}"
+                )
+            config = twin_config(session)
+        except (ProfileDirError, OSError, TwinUnavailable) as exc:
+            self._give_up(twin, str(exc), whole_process=not isinstance(exc, TwinUnavailable))
+            return
+        finally:
+            del session
+        try:
+            csession = CSession(config, api)
+        except (OrtError, UnsupportedValue) as exc:
+            twin.fail(f"the twin could not be created: {exc}")
+            return
+        files = self._store.new_run()
+        try:
+            csession.run(feeds, output_names or None, profile_prefix=files.prefix)
+        except Exception as exc:
+            csession.close()
+            if attempts >= _MAX_PRIMING_ATTEMPTS:
+                twin.fail(f"priming the twin failed {attempts} times, last: {exc}")
+            else:
+                twin.close()  # the next selected run tries again, with its own inputs
+            return
+        finally:
+            remove_files(self._store.written(files))
+        twin.ready(csession)
+
+    def _give_up(self, twin: Twin, reason: str, whole_process: bool) -> None:
+        twin.fail(reason)
+        if whole_process:
+            self._unavailable = reason
+        _logger.warning("otel-ort: runs cannot be profiled: %s", reason)
+
+    # -- worker: conversion -----------------------------------------------------------------
+
+    def _convert(self, span: Span, end_ns: int, profiled: Profiled, session_facts: Any) -> None:
+        problem = ""
+        try:
+            problem = self._keep_profile(span, profiled, session_facts)
+        except Exception as exc:
+            problem = f"converting the profile failed: {exc!r}"
+            report_failure("could not convert a profiled run")
+        finally:
+            _end(span, end_ns, problem)
+
+    def _keep_profile(self, span: Span, profiled: Profiled, session_facts: Any) -> str:
+        """Spans, enriched file, retention; return a problem description or ``""``."""
+        store = self._store
+        assert store is not None  # a profiled run had a store
+        written = store.written(profiled.files)
+        if not written:
+            return "ORT wrote no profile file for this run"
+        try:
+            profile = read_profile(written[-1], profiled.start_ns)
+            with open(written[-1], "rb") as file:
+                document = json.loads(file.read())
+        except (ProfileError, ValueError) as exc:
+            remove_files(written)
+            return str(exc)
+        context = span.get_span_context()
+        if span.is_recording() and profile.runs:
+            dropped, summary = self._emit(profile, span)
+            span.set_attributes(summary)
+            if dropped:
+                span.set_attribute(semconv.PROFILE_SPANS_DROPPED, dropped)
+                self._count("spans_dropped", dropped)
+                self._dropped_counter.add(dropped)
+        other_data = {
+            "trace_id": format_trace_id(context.trace_id),
+            "span_id": format_span_id(context.span_id),
+            chrome.START_TIME_KEY: profiled.start_ns,
+            "session_id": session_facts.session_id,
+            "model": session_facts.run_attributes.get(semconv.MODEL_PATH, "unknown"),
+            "otel_ort_version": __version__,
+        }
+        data = chrome.enrich(
+            document,
+            other_data=other_data,
+            process_name=f"onnxruntime (pid {os.getpid()})",
+            thread_names={profiled.thread_id: f"{profiled.thread_name} (run)"},
+        )
+        store.publish(data, profiled.files.path)
+        remove_files(written)
+        deleted = store.retain(profiled.files.path)
+        if deleted:
+            self._count("files_deleted", deleted)
+            self._deleted_counter.add(deleted)
+        return ""
+
+    def _emit(self, profile: Any, span: Span) -> tuple[int, dict[str, Any]]:
+        """Node and kernel spans under the live run span; (dropped, run summary)."""
+        provider = self._tracer_provider or trace.get_tracer_provider()
+        if self._delivery is None or self._delivery[0] is not provider:
+            if not isinstance(provider, SdkTracerProvider):
+                raise TypeError(
+                    "profile spans need the OpenTelemetry SDK's TracerProvider, got "
+                    f"{type(provider).__name__}; the Chrome JSON is still kept"
+                )
+            self._delivery = (provider, SpanBuilder(provider), SpanDelivery(provider))
+        _, builder, delivery = self._delivery
+        spans, summary = builder.node_spans(profile, profile.runs[0], span.get_span_context())
+        return delivery.deliver(spans), summary
+
+    # -- housekeeping -----------------------------------------------------------------------
+
+    def _discard(self, files: RunFiles) -> None:
+        """Delete what ORT wrote for a run that is not kept (off the request thread)."""
+        store = self._store
+        if store is not None and not self.worker.submit(lambda: remove_files(store.written(files))):
+            remove_files(store.written(files))
+
+    def _count_run(self, outcome: str) -> None:
+        self._count(outcome)
+        self._runs_counter.add(1, {semconv.PROFILE_OUTCOME: outcome})
+
+    def _count(self, what: str, number: int = 1) -> None:
+        with self._counts_lock:
+            self._counts[what] += number
+
+    def counts(self) -> dict[str, int]:
+        """This process's totals: selected runs by outcome (``profiled`` or the skip reason),
+        ``spans_dropped``, ``files_deleted``."""
+        with self._counts_lock:
+            return dict(self._counts)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait for pending twin builds and conversions, then flush the tracer provider."""
+        done = self.worker.drain(timeout)
+        provider = self._tracer_provider or trace.get_tracer_provider()
+        flush = getattr(provider, "force_flush", None)
+        if callable(flush):
+            flush()
+        return done
+
+    def shutdown(self, timeout: float = _SHUTDOWN_TIMEOUT_S) -> None:
+        """Convert what is pending, flush spans, close every twin, stop the worker thread."""
+        atexit.unregister(self.shutdown)
+        self.worker.stop(timeout)
+        provider = self._tracer_provider or trace.get_tracer_provider()
+        flush = getattr(provider, "force_flush", None)
+        if callable(flush):
+            with contextlib.suppress(Exception):
+                flush()
+        for twin in list(self._twins):
+            twin.close()
+
+    def _after_fork_in_child(self) -> None:
+        self.worker.reset_after_fork()
+        self._lock = threading.Lock()
+        self._counts_lock = threading.Lock()
+        for twin in list(self._twins):
+            twin.close()  # abandoned: see Twin.close
+        self._twins = weakref.WeakSet()
+
+
+def _end(span: Span, end_ns: int, problem: str) -> None:
+    if problem and span.is_recording():
+        span.set_attribute(semconv.PROFILE_ERROR, problem[:_MAX_DETAIL])
+    span.end(end_ns)
+
+
+def _release_twin(reference: Callable[[], Profiler | None], twin: Twin) -> None:
+    """Finalizer of a session: close its twin after the work already queued for it."""
+    profiler = reference()
+    if profiler is None or not profiler.worker.submit(twin.close):
+        twin.close()
+
+
+def _after_fork(reference: Callable[[], Profiler | None]) -> None:
+    profiler = reference()
+    if profiler is not None:
+        profiler._after_fork_in_child()

@@ -1,0 +1,177 @@
+"""The profile directory: where ORT writes a profiled run's file, where the kept file goes, and
+how many are kept.
+
+Layout: ORT writes each profiled run into ``<dir>/.pending/<pid>-<n>_<ORT's timestamp>.json``
+(every run its own prefix: runs sharing one collide); the worker then publishes the enriched
+file as ``<dir>/otel-ort_<local time>_<pid>-<n>.json`` (its path is known before the run, so
+the run span can name it) and deletes the pending one.
+
+Safety: the directory is created 0700; an existing one must be a real directory (not a
+symlink), owned by this user, writable, and closed to group and others. Published files are
+0600. Retention deletes the oldest published files (by modification time) beyond
+``max_files`` or ``max_bytes``, and counts what it deleted; other files are never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import itertools
+import os
+import stat
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+DEFAULT_MAX_FILES = 1000
+DEFAULT_MAX_BYTES = 512 * 1024 * 1024
+_PENDING = ".pending"
+_PREFIX = "otel-ort_"
+
+
+class ProfileDirError(ValueError):
+    """A profile directory otel-ort must not or cannot use; the message says how to fix it."""
+
+
+def default_profile_dir() -> str:
+    """``$XDG_CACHE_HOME/otel-ort/profiles``, else ``~/.cache/otel-ort/profiles``."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "otel-ort", "profiles")
+
+
+def prepare_dir(directory: str) -> str:
+    """Create ``directory`` (0700) or check an existing one; return its absolute path."""
+    path = os.path.abspath(os.path.expanduser(directory))
+    if not os.path.lexists(path):
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.mkdir(path, 0o700)
+        except OSError as exc:
+            raise ProfileDirError(
+                f"profile_dir {path!r} cannot be created ({exc.strerror}); "
+                "choose a directory you can write"
+            ) from None
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise ProfileDirError(
+            f"profile_dir {path!r} is a symbolic link; refusing it (another user could redirect "
+            f"profiles through it): pass the real directory, {os.path.realpath(path)!r}"
+        )
+    if not stat.S_ISDIR(info.st_mode):
+        raise ProfileDirError(f"profile_dir {path!r} exists and is not a directory")
+    if info.st_uid != os.getuid():
+        raise ProfileDirError(
+            f"profile_dir {path!r} is owned by uid {info.st_uid}, not by this user "
+            f"(uid {os.getuid()}); use a directory of your own"
+        )
+    if info.st_mode & 0o077:
+        raise ProfileDirError(
+            f"profile_dir {path!r} is open to other users (mode {stat.filemode(info.st_mode)}); "
+            f"profiles describe your model: run `chmod 700 {path}` or use another directory"
+        )
+    pending = os.path.join(path, _PENDING)
+    try:
+        os.makedirs(pending, mode=0o700, exist_ok=True)
+        probe = os.path.join(pending, f"probe-{os.getpid()}")
+        os.close(os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600))
+        os.unlink(probe)
+    except OSError as exc:
+        raise ProfileDirError(
+            f"profile_dir {path!r} cannot be written ({exc.strerror}); "
+            "choose a directory you can write"
+        ) from None
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class RunFiles:
+    """Where one profiled run's profile goes."""
+
+    prefix: str
+    """Given to ORT: it writes ``<prefix>_<timestamp>.json``."""
+    path: str
+    """Where the enriched file is published."""
+
+
+class ProfileStore:
+    """Names the files of profiled runs and applies retention, for one profile directory."""
+
+    def __init__(self, directory: str, max_files: int, max_bytes: int) -> None:
+        self.directory = prepare_dir(directory)
+        self.max_files = max_files
+        self.max_bytes = max_bytes
+        self.deleted = 0
+        """Files deleted by retention so far."""
+        self._numbers = itertools.count(1)
+        self._lock = threading.Lock()
+        self._kept, self._kept_bytes = self._scan()  # oldest first
+
+    def new_run(self) -> RunFiles:
+        """Fresh, unique names for one profiled run (cheap: called on the request thread)."""
+        tag = f"{os.getpid()}-{next(self._numbers)}"
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        return RunFiles(
+            os.path.join(self.directory, _PENDING, tag),
+            os.path.join(self.directory, f"{_PREFIX}{stamp}_{tag}.json"),
+        )
+
+    @staticmethod
+    def written(run: RunFiles) -> list[str]:
+        """The files ORT wrote for ``run`` (normally one)."""
+        return sorted(glob.glob(glob.escape(run.prefix) + "_*.json"))
+
+    @staticmethod
+    def publish(data: bytes, path: str) -> None:
+        """Write ``data`` to ``path`` as a 0600 file, atomically."""
+        temporary = f"{path}.tmp"
+        fd = os.open(temporary, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+            os.replace(temporary, path)
+        except BaseException:
+            _remove(temporary)
+            raise
+
+    def retain(self, path: str) -> int:
+        """Count the newly published ``path``; delete the oldest files over the limits and
+        return how many were deleted."""
+        with self._lock:
+            kept = self._kept
+            size = os.stat(path).st_size
+            kept.append((path, size))
+            self._kept_bytes += size
+            deleted = 0
+            while len(kept) > 1 and (
+                len(kept) > self.max_files or self._kept_bytes > self.max_bytes
+            ):
+                oldest, oldest_size = kept.popleft()
+                self._kept_bytes -= oldest_size
+                _remove(oldest)
+                deleted += 1
+            self.deleted += deleted
+            return deleted
+
+    def _scan(self) -> tuple[deque[tuple[str, int]], int]:
+        """The published files already in the directory, oldest first, and their bytes."""
+        found = []
+        for path in glob.glob(os.path.join(glob.escape(self.directory), f"{_PREFIX}*.json")):
+            try:
+                info = os.stat(path)
+            except OSError:
+                continue
+            found.append((info.st_mtime_ns, path, info.st_size))
+        found.sort()
+        return deque((path, size) for _, path, size in found), sum(size for *_, size in found)
+
+
+def remove_files(paths: list[str]) -> None:
+    """Delete files, ignoring those already gone."""
+    for path in paths:
+        _remove(path)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

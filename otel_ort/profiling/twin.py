@@ -1,0 +1,184 @@
+"""The twin of a user's session: the same model and options, opened through ORT's C API, where a
+single run can be profiled.
+
+ORT's Python options cannot be listed: config entries, free-dimension overrides and the like
+are write-only, so :mod:`otel_ort.profiling.recorded_options` records those calls, and the
+twin gets what was recorded for the options its session was created with. Calls made before
+``instrument()`` cannot be seen; the twin then runs with ORT's defaults for them. Options the
+twin cannot reproduce (initializers added from Python, custom-op libraries, plugin EPs, LoRA
+adapters, providers other than CPU and CUDA) make the session's runs unprofilable, with the
+reason on their spans.
+
+Config entries that make ORT write files (EP context models, saved optimized models) are not
+copied: the twin must not overwrite the user's files.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from otel_ort.capi import CSession, SessionConfig
+from otel_ort.profiling.recorded_options import recorded_calls
+
+_NOT_REPRODUCIBLE = {
+    "add_initializer": "initializers added with SessionOptions.add_initializer",
+    "add_external_initializers": "initializers added with add_external_initializers",
+    "add_external_initializers_from_files_in_memory": "in-memory external initializer files",
+    "register_custom_ops_library": "a custom-op library",
+    "add_provider": "an execution provider added with SessionOptions.add_provider",
+    "add_provider_for_devices": "a plugin execution provider",
+    "set_provider_selection_policy": "an EP selection policy",
+    "set_provider_selection_policy_delegate": "an EP selection policy",
+    "add_active_adapter": "a LoRA adapter",
+}
+_FILE_WRITING_KEYS = ("ep.context_", "session.save_", "session.optimized_model_")
+_TWIN_PROVIDERS = ("CPUExecutionProvider", "CUDAExecutionProvider")
+_DEFAULT_TWIN_LOG_SEVERITY = 3
+"""ERROR: the user's session already logs ORT's warnings once; the twin would repeat them."""
+
+
+class TwinUnavailable(Exception):
+    """The session cannot have a twin; the message says why (it goes on run spans)."""
+
+
+def twin_config(session: Any) -> SessionConfig:
+    """The C-API session config reproducing ``session``; ``TwinUnavailable`` if impossible."""
+    model = getattr(session, "_model_path", None) or getattr(session, "_model_bytes", None)
+    if not model:
+        raise TwinUnavailable("the session's model path or bytes are not known")
+    live = session.get_session_options()
+    config_entries: dict[str, str] = {}
+    by_name: dict[str, int] = {}
+    by_denotation: dict[str, int] = {}
+    # ORT replaces _sess_options with a copy of its own; the user's object is the initial one
+    user_options = getattr(session, "_sess_options_initial", None)
+    for method, args in recorded_calls(user_options):
+        if method in _NOT_REPRODUCIBLE:
+            raise TwinUnavailable(f"the session uses {_NOT_REPRODUCIBLE[method]}")
+        if method == "add_session_config_entry":
+            if not str(args[0]).startswith(_FILE_WRITING_KEYS):
+                config_entries[str(args[0])] = str(args[1])
+        elif method == "add_free_dimension_override_by_name":
+            by_name[str(args[0])] = int(args[1])
+        elif method == "add_free_dimension_override_by_denotation":
+            by_denotation[str(args[0])] = int(args[1])
+    severity = int(live.log_severity_level)
+    return SessionConfig(
+        model=os.fspath(model) if isinstance(model, str | os.PathLike) else bytes(model),
+        intra_op_num_threads=int(live.intra_op_num_threads),
+        inter_op_num_threads=int(live.inter_op_num_threads),
+        graph_optimization_level=int(live.graph_optimization_level),
+        execution_mode=int(live.execution_mode),
+        enable_mem_pattern=bool(live.enable_mem_pattern),
+        enable_cpu_mem_arena=bool(live.enable_cpu_mem_arena),
+        use_deterministic_compute=bool(live.use_deterministic_compute),
+        log_severity_level=severity if severity >= 0 else _DEFAULT_TWIN_LOG_SEVERITY,
+        config_entries=config_entries,
+        free_dimension_overrides_by_name=by_name,
+        free_dimension_overrides_by_denotation=by_denotation,
+        providers=_providers(session),
+    )
+
+
+def _providers(session: Any) -> tuple[tuple[str, Mapping[str, str]], ...]:
+    options = session.get_provider_options()
+    providers = []
+    for name in session.get_providers():
+        if name not in _TWIN_PROVIDERS:
+            raise TwinUnavailable(
+                f"the session uses {name}; twins support {' and '.join(_TWIN_PROVIDERS)}"
+            )
+        values = options.get(name, {}) if name != "CPUExecutionProvider" else {}
+        providers.append((name, {str(k): str(v) for k, v in values.items()}))
+    return tuple(providers)
+
+
+def run_options_arguments(run_options: Any) -> dict[str, Any]:
+    """``CSession.run`` keyword arguments reproducing a Python ``RunOptions`` (or ``None``)."""
+    if run_options is None:
+        return {}
+    arguments: dict[str, Any] = {"terminate": bool(run_options.terminate)}
+    if run_options.logid:
+        arguments["run_tag"] = str(run_options.logid)
+    if run_options.log_severity_level >= 0:
+        arguments["log_severity_level"] = int(run_options.log_severity_level)
+    entries: dict[str, str] = {}
+    for method, args in recorded_calls(run_options):
+        if method in _NOT_REPRODUCIBLE:
+            raise TwinUnavailable(f"the run uses {_NOT_REPRODUCIBLE[method]}")
+        entries[str(args[0])] = str(args[1])
+    if entries:
+        arguments["run_config_entries"] = entries
+    return arguments
+
+
+@dataclass(eq=False)
+class Twin:
+    """One session's twin and where it stands: ``building`` → ``ready`` or ``failed``, and
+    ``closed`` at the end. ``close`` waits for runs in flight on it."""
+
+    owner: object
+    """The profiler that built it: another one (after re-instrumenting) builds its own."""
+    providers_list: object
+    """The session's ``_providers`` list when it was built: ORT rebuilding the session (EP
+    fallback, ``set_providers``) makes a new list, and the twin is rebuilt to match."""
+    pid: int = field(default_factory=os.getpid)
+    state: str = "building"
+    reason: str = ""
+    session: CSession | None = None
+    _in_flight: int = 0
+    _condition: threading.Condition = field(default_factory=threading.Condition)
+
+    def serves(self, owner: object, session: Any) -> bool:
+        """Whether this twin still stands for ``session`` under ``owner``."""
+        return (
+            self.owner is owner
+            and self.pid == os.getpid()
+            and self.providers_list is getattr(session, "_providers", None)
+        )
+
+    def ready(self, csession: CSession) -> bool:
+        """Start serving ``csession``; ``False`` (and ``csession`` closed) if already closed."""
+        with self._condition:
+            if self.state != "closed":
+                self.session, self.state = csession, "ready"
+                return True
+        csession.close()
+        return False
+
+    def fail(self, reason: str) -> None:
+        with self._condition:
+            if self.state != "closed":
+                self.state, self.reason = "failed", reason
+
+    def run(self, feeds: Mapping[str, Any], output_names: Any, **arguments: Any) -> list[Any]:
+        """``CSession.run`` on the twin; ``RuntimeError`` if it is not ready."""
+        with self._condition:
+            csession = self.session
+            if csession is None:
+                raise RuntimeError(f"the twin is {self.state}")
+            self._in_flight += 1
+        try:
+            return csession.run(feeds, output_names, **arguments)
+        finally:
+            with self._condition:
+                self._in_flight -= 1
+                self._condition.notify_all()
+
+    def close(self) -> None:
+        """Release the C-API session once no run is in flight on it. In a forked child the
+        parent's twin is abandoned, not released: its ORT threads do not exist there, and
+        releasing would wait for them (nor is its lock touched: a parent's thread may have held
+        it at the fork)."""
+        if self.pid != os.getpid():
+            self.session, self.state = None, "closed"
+            return
+        with self._condition:
+            self._condition.wait_for(lambda: self._in_flight == 0)
+            csession, self.session, self.state = self.session, None, "closed"
+        if csession is not None:
+            csession.close()

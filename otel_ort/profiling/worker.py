@@ -1,0 +1,124 @@
+"""One background thread that does profiling's slow work off the request path.
+
+Jobs (building a twin, converting a profiled run) run in submission order. The queue is
+bounded: ``submit`` refuses a job when ``max_pending`` are waiting or promised, and the
+caller counts that. A caller that must not be refused later (a profiled run, whose profile
+is about to exist) ``reserve``s a place first and submits into it. ``drain`` waits until
+everything submitted so far has run; ``stop`` drains, then ends the thread. The thread
+starts on the first job and is a daemon, so a process that never calls ``stop`` can still
+exit (``atexit`` handlers drain first).
+
+After ``os.fork()`` the child must not inherit the parent's queue (its jobs belong to the
+parent) nor its thread (gone in the child): ``reset_after_fork`` starts afresh.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+
+from otel_ort.failures import report_failure
+
+Job = Callable[[], None]
+
+DEFAULT_MAX_PENDING = 256
+
+
+class Worker:
+    """A lazily started background thread running submitted jobs one at a time."""
+
+    def __init__(self, name: str, max_pending: int = DEFAULT_MAX_PENDING) -> None:
+        self.name = name
+        self.max_pending = max_pending
+        self._fresh_state()
+
+    def _fresh_state(self) -> None:
+        self._jobs: deque[Job] = deque()
+        self._condition = threading.Condition()
+        self._busy = False
+        self._reserved = 0
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def reserve(self) -> bool:
+        """Promise a place in the queue to a job submitted later with ``reserved=True``;
+        ``False`` when full or stopping. Give an unused place back with ``release``."""
+        with self._condition:
+            if not self._has_room():
+                return False
+            self._reserved += 1
+            return True
+
+    def release(self) -> None:
+        """Give back a reserved place that will not be used."""
+        with self._condition:
+            self._reserved -= 1
+            self._condition.notify_all()
+
+    def _has_room(self) -> bool:
+        return not self._stopping and len(self._jobs) + self._reserved < self.max_pending
+
+    def submit(self, job: Job, reserved: bool = False) -> bool:
+        """Queue ``job`` (into a reserved place, which is never refused); ``False`` when the
+        queue is full or the worker is stopping."""
+        with self._condition:
+            if reserved:
+                self._reserved -= 1
+            elif not self._has_room():
+                return False
+            self._jobs.append(job)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                self._thread.start()
+            self._condition.notify_all()
+            return True
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until no job is queued or running; ``False`` on timeout."""
+        with self._condition:
+            if self._thread is threading.current_thread():
+                return not self._jobs  # a job cannot wait for itself
+            return self._condition.wait_for(self._idle, timeout)
+
+    def _idle(self) -> bool:
+        return not self._jobs and not self._busy and not self._reserved
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Run what is queued or reserved, then end the thread; ``False`` if it did not end in
+        time."""
+        with self._condition:
+            self._stopping = True
+            self._condition.notify_all()
+            thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    @property
+    def pending(self) -> int:
+        """Jobs queued and not yet started."""
+        return len(self._jobs)
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: forget the parent's jobs and thread."""
+        self._fresh_state()
+
+    def _loop(self) -> None:
+        while True:
+            with self._condition:
+                self._busy = False
+                self._condition.notify_all()
+                self._condition.wait_for(
+                    lambda: self._jobs or (self._stopping and not self._reserved)
+                )
+                if not self._jobs:  # stopping, and nothing left or promised
+                    self._thread = None
+                    return
+                job = self._jobs.popleft()
+                self._busy = True
+            try:
+                job()
+            except Exception:
+                report_failure(f"a background job of {self.name} failed")

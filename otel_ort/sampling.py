@@ -1,0 +1,199 @@
+"""Which runs are profiled: profile samplers, and forcing the profile of the current run.
+
+A profile sampler is asked once per run, on the request thread, after the run span started:
+``should_profile(span_context)`` must be cheap and thread-safe. Independently of the sampler,
+a run is profiled when forced, by :func:`profile_next_run` or by the baggage entry
+``onnxruntime.profile=1`` (set by an upstream service, it travels with the trace).
+
+``OTEL_ORT_PROFILE_SAMPLER`` spells a sampler as text; :func:`parse_sampler` reads it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import re
+import threading
+import time
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from opentelemetry.trace import SpanContext
+
+PROFILE_BAGGAGE_KEY = "onnxruntime.profile"
+"""Baggage entry that forces the profile of every run in its trace when its value is ``1``."""
+
+
+class ProfileSampler(ABC):
+    """Decides whether a run is profiled."""
+
+    @abstractmethod
+    def should_profile(self, span_context: SpanContext) -> bool:
+        """``span_context`` is the run span's; called once per run, from any thread."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class Always(ProfileSampler):
+    """Profile every run."""
+
+    def should_profile(self, span_context: SpanContext) -> bool:
+        return True
+
+
+class Never(ProfileSampler):
+    """Profile no run (forced runs still are); the default."""
+
+    def should_profile(self, span_context: SpanContext) -> bool:
+        return False
+
+
+class Ratio(ProfileSampler):
+    """Profile each run with probability ``p``, independently."""
+
+    def __init__(self, p: float) -> None:
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"Ratio(p): p must be between 0 and 1, got {p!r}")
+        self.p = p
+        self._random = random.random
+
+    def should_profile(self, span_context: SpanContext) -> bool:
+        return self._random() < self.p
+
+    def __repr__(self) -> str:
+        return f"Ratio({self.p})"
+
+
+class RateLimited(ProfileSampler):
+    """At most ``per_second`` profiled runs per second on average, ``burst`` at once (a token
+    bucket, full at the start)."""
+
+    def __init__(self, per_second: float, burst: int = 1) -> None:
+        if per_second <= 0:
+            raise ValueError(f"RateLimited(per_second): must be > 0, got {per_second!r}")
+        if burst < 1:
+            raise ValueError(f"RateLimited(burst=...): must be >= 1, got {burst!r}")
+        self.per_second = per_second
+        self.burst = burst
+        self._tokens = float(burst)
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+        reference = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _fresh_lock(reference))
+
+    def should_profile(self, span_context: SpanContext) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.per_second)
+            self._last = now
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                return True
+            return False
+
+    def __repr__(self) -> str:
+        return f"RateLimited({self.per_second}, burst={self.burst})"
+
+
+def _fresh_lock(reference: weakref.ref[RateLimited]) -> None:
+    """In a forked child: a lock a parent's thread held at the fork would stay held."""
+    sampler = reference()
+    if sampler is not None:
+        sampler._lock = threading.Lock()
+
+
+class EveryNth(ProfileSampler):
+    """Profile runs number ``skip_first + n``, ``skip_first + 2n``, ... (counted from 1, over
+    all sessions of the process)."""
+
+    def __init__(self, n: int, skip_first: int = 0) -> None:
+        if n < 1:
+            raise ValueError(f"EveryNth(n): n must be >= 1, got {n!r}")
+        if skip_first < 0:
+            raise ValueError(f"EveryNth(skip_first=...): must be >= 0, got {skip_first!r}")
+        self.n = n
+        self.skip_first = skip_first
+        self._count = itertools.count(1 - skip_first)  # next() is atomic under the GIL
+
+    def should_profile(self, span_context: SpanContext) -> bool:
+        number = next(self._count)
+        return number > 0 and number % self.n == 0
+
+    def __repr__(self) -> str:
+        return f"EveryNth({self.n}, skip_first={self.skip_first})"
+
+
+class ParentBased(ProfileSampler):
+    """Ask ``inner`` only for runs whose trace is sampled: a profile of a run whose trace is
+    not kept would have no spans to hang under."""
+
+    def __init__(self, inner: ProfileSampler) -> None:
+        if not isinstance(inner, ProfileSampler):
+            raise TypeError(f"ParentBased(inner): inner must be a ProfileSampler, got {inner!r}")
+        self.inner = inner
+
+    def should_profile(self, span_context: SpanContext) -> bool:
+        return span_context.trace_flags.sampled and self.inner.should_profile(span_context)
+
+    def __repr__(self) -> str:
+        return f"ParentBased({self.inner!r})"
+
+
+_FORCED: ContextVar[int] = ContextVar("otel_ort_profile_next_run", default=0)
+
+
+@contextmanager
+def profile_next_run() -> Iterator[None]:
+    """Profile the next run started in this context (thread or task), whatever the sampler.
+
+    ``with otel_ort.profile_next_run(): session.run(...)``. Runs after the first one inside
+    the block are left to the sampler.
+    """
+    token = _FORCED.set(1)
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
+
+
+def take_forced() -> bool:
+    """Whether :func:`profile_next_run` asks for this run; consumes the request."""
+    if _FORCED.get():
+        _FORCED.set(0)
+        return True
+    return False
+
+
+_SPELLINGS = (
+    "always, never, ratio:<p> (e.g. ratio:0.01), rate:<n>/s (e.g. rate:2/s), "
+    "every:<n> (e.g. every:100), each optionally as parentbased_<spelling>"
+)
+_RATE = re.compile(r"^rate:(?P<n>[0-9.]+)/s$")
+
+
+def parse_sampler(text: str) -> ProfileSampler:
+    """A sampler from its text form (``OTEL_ORT_PROFILE_SAMPLER``); ``ValueError`` naming the
+    valid spellings otherwise."""
+    spelling = text.strip().lower()
+    if spelling.startswith("parentbased_"):
+        return ParentBased(parse_sampler(spelling.removeprefix("parentbased_")))
+    try:
+        if spelling == "always":
+            return Always()
+        if spelling == "never":
+            return Never()
+        if spelling.startswith("ratio:"):
+            return Ratio(float(spelling.removeprefix("ratio:")))
+        if spelling.startswith("every:"):
+            return EveryNth(int(spelling.removeprefix("every:")))
+        match = _RATE.match(spelling)
+        if match:
+            return RateLimited(float(match["n"]))
+    except ValueError as exc:
+        raise ValueError(f"profile sampler {text!r}: {exc}") from None
+    raise ValueError(f"unknown profile sampler {text!r}; valid spellings: {_SPELLINGS}")

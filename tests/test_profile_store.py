@@ -1,0 +1,164 @@
+"""The profile directory: safety checks, naming, publishing, retention; the enriched Chrome JSON;
+the background worker."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from otel_ort.profiling import chrome
+from otel_ort.profiling.reader import read_profile
+from otel_ort.profiling.store import ProfileDirError, ProfileStore, prepare_dir
+from otel_ort.profiling.worker import Worker
+from tests.profiles import model_run, node_event
+
+
+def mode(path: Path | str) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_a_missing_directory_is_created_0700(tmp_path: Path) -> None:
+    directory = tmp_path / "a" / "profiles"
+    assert prepare_dir(str(directory)) == str(directory)
+    assert mode(directory) == 0o700
+    assert mode(directory / ".pending") == 0o700
+
+
+def test_a_symlink_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(ProfileDirError, match="is a symbolic link; refusing it"):
+        prepare_dir(str(tmp_path / "link"))
+
+
+def test_a_directory_of_another_user_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+    else:
+        theirs = Path("/")  # owned by root
+    with pytest.raises(ProfileDirError, match=r"is owned by uid .* not by this user"):
+        prepare_dir(str(theirs))
+
+
+def test_a_directory_open_to_others_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    with pytest.raises(ProfileDirError, match="chmod 700"):
+        prepare_dir(str(shared))
+
+
+def test_a_file_is_not_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ProfileDirError, match="is not a directory"):
+        prepare_dir(str(tmp_path / "file"))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write a read-only directory")
+def test_an_unwritable_directory_is_refused(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    with pytest.raises(ProfileDirError, match="cannot be written"):
+        prepare_dir(str(locked))
+
+
+def test_runs_get_unique_names_and_published_files_are_0600(tmp_path: Path) -> None:
+    store = ProfileStore(str(tmp_path / "p"), max_files=10, max_bytes=10**9)
+    first, second = store.new_run(), store.new_run()
+    assert first.prefix != second.prefix and first.path != second.path
+    Path(first.prefix + "_2026-11-22_10-00-00_000.json").write_text("[]")
+    assert store.written(first) == [first.prefix + "_2026-11-22_10-00-00_000.json"]
+    assert store.written(second) == []
+    store.publish(b"[]", first.path)
+    assert mode(first.path) == 0o600
+    assert os.path.basename(first.path).startswith("otel-ort_")
+
+
+def test_retention_deletes_the_oldest_files_and_counts_them(tmp_path: Path) -> None:
+    directory = tmp_path / "p"
+    user_file = directory / "notes.json"
+    store = ProfileStore(str(directory), max_files=3, max_bytes=10**9)
+    user_file.write_text("mine")
+    paths = []
+    for _ in range(5):
+        run = store.new_run()
+        store.publish(b"[]", run.path)
+        paths.append(run.path)
+        store.retain(run.path)
+        time.sleep(0.01)
+    assert [os.path.exists(p) for p in paths] == [False, False, True, True, True]
+    assert store.deleted == 2
+    assert user_file.exists()  # never touches files it did not write
+    by_bytes = ProfileStore(str(directory), max_files=100, max_bytes=5)  # sees the 3 kept files
+    run = by_bytes.new_run()
+    by_bytes.publish(b"[1,2]", run.path)
+    assert by_bytes.retain(run.path) == 3
+    assert os.path.exists(run.path)  # the newest file is kept even over the byte limit
+
+
+def test_enriched_json_names_threads_and_carries_the_trace(tmp_path: Path) -> None:
+    events = [
+        node_event("fc1", "Gemm", 10, 5) | {"pid": 42, "tid": 7},
+        model_run(0, 20) | {"pid": 42, "tid": 7},
+    ]
+    data = chrome.enrich(
+        events,
+        other_data={"trace_id": "ab" * 16, "span_id": "cd" * 8, chrome.START_TIME_KEY: 10**18},
+        process_name="onnxruntime (pid 42)",
+        thread_names={7: "MainThread (run)"},
+    )
+    document = json.loads(data)
+    meta = [e for e in document["traceEvents"] if e["ph"] == "M"]
+    assert {(e["name"], e["args"]["name"]) for e in meta} == {
+        ("process_name", "onnxruntime (pid 42)"),
+        ("thread_name", "MainThread (run)"),
+    }
+    run_event = next(e for e in document["traceEvents"] if e["name"] == "model_run")
+    assert run_event["args"]["trace_id"] == "ab" * 16
+    path = tmp_path / "enriched.json"
+    path.write_bytes(data)
+    profile = read_profile(path)
+    assert (profile.start_ns, profile.start_source) == (10**18, "file")
+    assert [node.name for node in profile.runs[0].nodes] == ["fc1"]
+
+
+def test_worker_runs_jobs_in_order_drains_and_stops() -> None:
+    worker = Worker("test-worker", max_pending=100)
+    done: list[int] = []
+    for number in range(20):
+        assert worker.submit(functools.partial(done.append, number))
+    assert worker.drain(timeout=10)
+    assert done == list(range(20))
+    assert worker.stop(timeout=10)
+    assert not worker.submit(lambda: None)
+    assert "test-worker" not in {t.name for t in threading.enumerate()}
+
+
+def test_a_full_worker_refuses_jobs_and_survives_failing_ones() -> None:
+    gate = threading.Event()
+
+    def wait() -> None:
+        gate.wait()
+
+    def fail() -> None:
+        raise ZeroDivisionError
+
+    worker = Worker("test-worker", max_pending=2)
+    assert worker.submit(wait)
+    time.sleep(0.05)  # the first job is running
+    assert worker.submit(fail)
+    assert worker.submit(lambda: None)
+    assert not worker.submit(lambda: None)
+    gate.set()
+    assert worker.drain(timeout=10)
+    assert worker.stop(timeout=10)

@@ -1,0 +1,426 @@
+"""Run-level profiling through the session's C-API twin: real ORT sessions, real profile files,
+real span trees."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from opentelemetry import baggage
+from opentelemetry import context as otel_context
+from opentelemetry.sdk.trace import ReadableSpan
+
+from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
+from otel_ort.capi import CSession, SessionConfig
+from otel_ort.profiling.store import ProfileDirError
+from otel_ort.sampling import Always, EveryNth, Never, Ratio
+from tests.conftest import Telemetry, attrs, instrumentation
+from tests.models import numeric_types_model, string_model
+
+CPU = ["CPUExecutionProvider"]
+X = {"x": np.arange(2 * 32, dtype=np.float32).reshape(2, 32) / 64}
+
+
+def run_spans(telemetry: Telemetry) -> list[ReadableSpan]:
+    """Run spans in the order the runs started (profiled ones end later, in the worker)."""
+    return sorted(telemetry.spans(semconv.SPAN_RUN), key=lambda span: span.start_time or 0)
+
+
+def profiled_spans(telemetry: Telemetry) -> list[ReadableSpan]:
+    return [s for s in run_spans(telemetry) if attrs(s).get(semconv.RUN_PROFILED)]
+
+
+def children_of(telemetry: Telemetry, span: ReadableSpan) -> list[ReadableSpan]:
+    span_id = span.context.span_id
+    return [s for s in telemetry.spans() if s.parent is not None and s.parent.span_id == span_id]
+
+
+def profile_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("otel-ort_*.json"))
+
+
+def ready(session: ort.InferenceSession, feeds: dict[str, Any]) -> None:
+    """Force one run so that the session's twin gets built, and wait until it serves."""
+    with profile_next_run():
+        session.run(None, feeds)
+    assert flush_profiles(timeout=60)
+
+
+@pytest.fixture
+def profile_dir(tmp_path: Path) -> Path:
+    return tmp_path / "profiles"
+
+
+@pytest.fixture
+def profiling(telemetry: Telemetry, profile_dir: Path) -> Iterator[Telemetry]:
+    """Instrumented; no run is sampled, so tests force the runs they want profiled."""
+    with instrumentation(**telemetry.providers, profile_dir=str(profile_dir)):
+        yield telemetry
+
+
+def test_a_forced_run_is_profiled_once_the_twin_serves(
+    profiling: Telemetry, profile_dir: Path, mlp_path: Path
+) -> None:
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    expected = session.run(None, X)
+    with profile_next_run():
+        first = session.run(None, X)
+    assert flush_profiles(timeout=60)
+    with profile_next_run():
+        second = session.run(None, X)
+    assert flush_profiles(timeout=60)
+
+    _, waiting, profiled = run_spans(profiling)
+    assert attrs(waiting)[semconv.RUN_PROFILED] is False
+    assert attrs(waiting)[semconv.PROFILE_SKIP_REASON] == semconv.SKIP_TWIN_NOT_READY
+    run = attrs(profiled)
+    assert run[semconv.RUN_PROFILED] is True
+    path = Path(str(run[semconv.PROFILE_FILE]))
+    assert profile_files(profile_dir) == [path]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(profile_dir.stat().st_mode) == 0o700
+    nodes = children_of(profiling, profiled)
+    assert len(nodes) == run[semconv.RUN_NODE_COUNT] > 0
+    for node in nodes:
+        assert node.context.trace_id == profiled.context.trace_id
+        assert profiled.start_time and profiled.end_time and node.start_time and node.end_time
+        assert profiled.start_time <= node.start_time <= node.end_time <= profiled.end_time
+    document = json.loads(path.read_text())
+    assert document["otherData"]["trace_id"] == f"{profiled.context.trace_id:032x}"
+    assert document["otherData"]["span_id"] == f"{profiled.context.span_id:016x}"
+    for outputs in (first, second):
+        assert all(
+            np.array_equal(a, b) and a.dtype == b.dtype
+            for a, b in zip(expected, outputs, strict=True)
+        )
+    assert not list((profile_dir / ".pending").iterdir())
+
+
+def test_profiled_outputs_are_bitwise_those_of_ort(profiling: Telemetry, tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    cases: list[tuple[bytes, dict[str, Any]]] = [
+        (
+            numeric_types_model(),
+            {
+                "x": rng.standard_normal(50).astype(np.float32),
+                "i": rng.integers(-9, 9, 50),
+                "b": rng.random(50) > 0.5,
+                "h": rng.standard_normal(50).astype(np.float16),
+            },
+        ),
+        (string_model(), {"s": np.array(["a", "bé", "", "long " * 20], dtype=object)}),
+    ]
+    for model, feeds in cases:
+        session = ort.InferenceSession(model, providers=CPU)
+        ready(session, feeds)
+        with profile_next_run():
+            profiled = session.run(None, feeds)
+        plain = session.run(None, feeds)
+        for got, want in zip(profiled, plain, strict=True):
+            assert type(got) is type(want)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert (
+                got.tobytes() == want.tobytes() if got.dtype != object else list(got) == list(want)
+            )
+    assert flush_profiles(timeout=60)
+    assert len(profiled_spans(profiling)) == 2
+
+
+def test_ratio_and_every_nth_over_400_runs(
+    telemetry: Telemetry, tmp_path: Path, mlp_path: Path
+) -> None:
+    for sampler, low, high in ((Ratio(0.25), 72, 128), (EveryNth(10), 40, 40)):
+        telemetry.exporter.clear()
+        with instrumentation(
+            **telemetry.providers, profile_sampler=sampler, profile_dir=str(tmp_path / "p")
+        ):
+            session = ort.InferenceSession(mlp_path, providers=CPU)
+            ready(session, X)  # forced: the sampler is not asked
+            telemetry.exporter.clear()
+            for _ in range(400):
+                session.run(None, X)
+            assert flush_profiles(timeout=120)
+            assert low <= len(profiled_spans(telemetry)) <= high, sampler
+
+
+def test_three_threads_two_profiled_two_files_two_trees(
+    profiling: Telemetry, profile_dir: Path, mlp_path: Path
+) -> None:
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    ready(session, X)
+    profiling.exporter.clear()
+    for path in profile_files(profile_dir):
+        path.unlink()
+    barrier = threading.Barrier(3)
+    thread_ids: dict[str, int] = {}
+
+    def work(name: str, profiled: bool) -> None:
+        thread_ids[name] = threading.get_native_id()
+        barrier.wait()
+        if profiled:
+            with profile_next_run():
+                session.run(None, X)
+        else:
+            session.run(None, X)
+
+    threads = [
+        threading.Thread(target=work, args=(name, profiled))
+        for name, profiled in (("t1", True), ("t2", False), ("t3", True))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert flush_profiles(timeout=60)
+
+    files = profile_files(profile_dir)
+    spans = profiled_spans(profiling)
+    assert len(files) == len(spans) == 2
+    for span in spans:
+        document = json.loads(Path(str(attrs(span)[semconv.PROFILE_FILE])).read_text())
+        events = [e for e in document["traceEvents"] if e["ph"] == "X"]
+        assert sum(e["name"] == "model_run" for e in events) == 1
+        assert {e["tid"] for e in events if e["cat"] == "Node"} <= {
+            thread_ids["t1"],
+            thread_ids["t3"],
+        }
+        nodes = children_of(profiling, span)
+        assert len(nodes) == attrs(span)[semconv.RUN_NODE_COUNT]
+    assert {node_thread(s) for s in spans} == {thread_ids["t1"], thread_ids["t3"]}
+
+
+def node_thread(span: ReadableSpan) -> int:
+    document = json.loads(Path(str(attrs(span)[semconv.PROFILE_FILE])).read_text())
+    return int(next(e["tid"] for e in document["traceEvents"] if e.get("cat") == "Node"))
+
+
+def test_session_level_profiling_of_the_user_is_left_alone(
+    profiling: Telemetry, profile_dir: Path, mlp_path: Path, tmp_path: Path
+) -> None:
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "user")
+    session = ort.InferenceSession(mlp_path, options, providers=CPU)
+    ready(session, X)
+    with profile_next_run():
+        session.run(None, X)
+    session.run(None, X)
+    assert flush_profiles(timeout=60)
+    user_file = Path(session.end_profiling())
+    user_events = json.loads(user_file.read_text())
+    # the user's file holds the two runs ORT's own session made, not the twin's profiled one
+    assert sum(e["name"] == "model_run" for e in user_events) == 2
+    assert len(profile_files(profile_dir)) == 1  # the priming run is not kept
+
+
+def test_runs_that_cannot_go_to_the_twin_say_why(profiling: Telemetry, mlp_path: Path) -> None:
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    ready(session, X)
+    profiling.exporter.clear()
+    with profile_next_run():
+        session.run(None, {"x": X["x"].tolist()})  # ORT converts lists; the twin does not
+    with profile_next_run():
+        session.run_with_ort_values(None, {"x": ort.OrtValue.ortvalue_from_numpy(X["x"])})
+    with profile_next_run(), pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument):
+        session.run(None, {"x": X["x"].astype(np.float64)})
+    reasons = [attrs(s).get(semconv.PROFILE_SKIP_REASON) for s in run_spans(profiling)]
+    assert reasons == [semconv.SKIP_INPUT, semconv.SKIP_METHOD, semconv.SKIP_TWIN_ERROR]
+    assert all(len(str(attrs(s)[semconv.PROFILE_SKIP_DETAIL])) <= 512 for s in run_spans(profiling))
+
+
+def test_baggage_forces_a_profile(profiling: Telemetry, mlp_path: Path) -> None:
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    ready(session, X)
+    token = otel_context.attach(baggage.set_baggage("onnxruntime.profile", "1"))
+    try:
+        session.run(None, X)
+    finally:
+        otel_context.detach(token)
+    session.run(None, X)
+    assert flush_profiles(timeout=60)
+    assert [attrs(s)[semconv.RUN_PROFILED] for s in run_spans(profiling)][-2:] == [True, False]
+
+
+def test_retention_and_counts(telemetry: Telemetry, tmp_path: Path, mlp_path: Path) -> None:
+    directory = tmp_path / "kept"
+    with instrumentation(
+        **telemetry.providers,
+        profile_sampler=Always(),
+        profile_dir=str(directory),
+        profile_max_files=2,
+    ):
+        session = ort.InferenceSession(mlp_path, providers=CPU)
+        ready(session, X)
+        for _ in range(5):
+            session.run(None, X)
+        assert flush_profiles(timeout=60)
+        counts = OrtInstrumentor()._profiler.counts()
+    assert len(profile_files(directory)) == 2
+    assert counts["profiled"] == 5 and counts["files_deleted"] == 3
+    assert counts[semconv.SKIP_TWIN_NOT_READY] == 1
+    points = {
+        p.attributes[semconv.PROFILE_OUTCOME]: p.value
+        for p in telemetry.points(semconv.METRIC_PROFILE_RUNS)
+    }
+    assert points == {"profiled": 5, semconv.SKIP_TWIN_NOT_READY: 1}
+    assert sum(p.value for p in telemetry.points(semconv.METRIC_PROFILE_FILES_DELETED)) == 3
+
+
+def test_tensor_contents_never_reach_files_or_spans(
+    profiling: Telemetry, profile_dir: Path
+) -> None:
+    session = ort.InferenceSession(string_model(), providers=CPU)
+    feeds = {"s": np.array(["SECRET-VALUE-123"], dtype=object)}
+    ready(session, feeds)
+    with profile_next_run():
+        session.run(None, feeds)
+    assert flush_profiles(timeout=60)
+    for path in profile_files(profile_dir):
+        assert "SECRET-VALUE-123" not in path.read_text()
+    for span in profiling.spans():
+        assert "SECRET-VALUE-123" not in repr(attrs(span))
+
+
+def test_profile_mode_off_and_a_bad_profile_dir(
+    telemetry: Telemetry, tmp_path: Path, mlp_path: Path
+) -> None:
+    with instrumentation(**telemetry.providers, profile_mode="off", profile_sampler=Always()):
+        session = ort.InferenceSession(mlp_path, providers=CPU)
+        with profile_next_run():
+            session.run(None, X)
+        assert OrtInstrumentor()._profiler is None
+    assert semconv.PROFILE_SKIP_REASON not in attrs(run_spans(telemetry)[0])
+    (tmp_path / "link").symlink_to(tmp_path)
+    with pytest.raises(ProfileDirError, match="symbolic link"):
+        OrtInstrumentor().instrument(profile_dir=str(tmp_path / "link"))
+    assert not OrtInstrumentor().is_instrumented_by_opentelemetry
+
+
+def new_threads(before: set[str]) -> int:
+    """Threads (Python's and ORT's native ones) of this process that were not in ``before``."""
+    return len(set(os.listdir("/proc/self/task")) - before)
+
+
+def test_twins_close_with_their_session_and_at_uninstrument(
+    telemetry: Telemetry, profile_dir: Path, mlp_path: Path
+) -> None:
+    CSession(SessionConfig(model=str(mlp_path))).close()  # ORT's C env: one thread for good
+    gc.collect()
+    before = set(os.listdir("/proc/self/task"))
+    fds = len(os.listdir("/proc/self/fd"))
+    with instrumentation(**telemetry.providers, profile_dir=str(profile_dir)):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 3  # the twin copies it: two pool threads each
+        session = ort.InferenceSession(mlp_path, options, providers=CPU)
+        assert new_threads(before) == 2
+        ready(session, X)
+        assert new_threads(before) == 2 + 2 + 1  # the twin's pool and the worker
+        del session
+        gc.collect()
+        assert flush_profiles(timeout=60)
+        assert new_threads(before) == 1  # the worker only
+        kept = ort.InferenceSession(mlp_path, options, providers=CPU)
+        ready(kept, X)
+    assert new_threads(before) == 2  # kept's own pool; twin and worker are gone
+    del kept
+    gc.collect()
+    assert new_threads(before) == 0
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_a_session_rebuilt_by_ort_gets_a_new_twin(profiling: Telemetry, mlp_path: Path) -> None:
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    ready(session, X)
+    session.set_providers(CPU)  # ORT re-creates the session
+    with profile_next_run():
+        session.run(None, X)
+    assert (
+        attrs(run_spans(profiling)[-1])[semconv.PROFILE_SKIP_REASON] == semconv.SKIP_TWIN_NOT_READY
+    )
+    ready(session, X)
+    with profile_next_run():
+        session.run(None, X)
+    assert flush_profiles(timeout=60)
+    assert attrs(run_spans(profiling)[-1])[semconv.RUN_PROFILED] is True
+
+
+def test_free_dimension_overrides_and_config_entries_reach_the_twin(
+    profiling: Telemetry, mlp_path: Path
+) -> None:
+    options = ort.SessionOptions()
+    options.add_free_dimension_override_by_name("batch", 2)
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = ort.InferenceSession(mlp_path, options, providers=CPU)
+    ready(session, X)
+    with profile_next_run(), pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument):
+        session.run(None, {"x": np.ones((3, 32), np.float32)})
+    assert attrs(run_spans(profiling)[-1])[semconv.PROFILE_SKIP_REASON] == semconv.SKIP_TWIN_ERROR
+
+
+def test_never_sampler_needs_no_directory(telemetry: Telemetry, mlp_path: Path) -> None:
+    with instrumentation(**telemetry.providers, profile_sampler=Never()):
+        session = ort.InferenceSession(mlp_path, providers=CPU)
+        session.run(None, X)
+    assert attrs(run_spans(telemetry)[0])[semconv.RUN_PROFILED] is False
+
+
+def test_profiling_works_in_a_forked_child(
+    profiling: Telemetry, profile_dir: Path, mlp_path: Path
+) -> None:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1  # ORT's own pool threads would not exist in the child
+    session = ort.InferenceSession(mlp_path, options, providers=CPU)
+    ready(session, X)
+    profiling.exporter.clear()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what happened through the pipe, never return to pytest
+        status = 1
+        try:
+            with profile_next_run():
+                session.run(None, X)  # the parent's twin is not used: a new one is built
+            assert flush_profiles(timeout=60)
+            with profile_next_run():
+                session.run(None, X)
+            assert flush_profiles(timeout=60)
+            report = [
+                (attrs(s).get(semconv.PROFILE_SKIP_REASON), attrs(s).get(semconv.PROFILE_FILE))
+                for s in run_spans(profiling)
+            ]
+            os.write(write_end, json.dumps([report, len(profiled_spans(profiling))]).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        report, profiled = json.loads(pipe.read() or "[[], 0]")
+    _, wait_status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(wait_status) == 0
+    assert [reason for reason, _ in report] == [semconv.SKIP_TWIN_NOT_READY, None]
+    assert profiled == 1
+    assert f"_{pid}-" in report[1][1]  # named by the child: nothing shared with the parent
+    with profile_next_run():
+        session.run(None, X)  # the parent's twin still serves the parent
+    assert flush_profiles(timeout=60)
+    assert len(profiled_spans(profiling)) == 1
+
+
+def test_uninstrument_leaves_ort_options_working(telemetry: Telemetry, mlp_path: Path) -> None:
+    with instrumentation(**telemetry.providers):
+        pass
+    options = ort.SessionOptions()
+    options.add_free_dimension_override_by_name("batch", 2)
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    run_options = ort.RunOptions()
+    run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    session = ort.InferenceSession(mlp_path, options, providers=CPU)
+    assert session.run(None, X, run_options)[0].shape == (2, 32)

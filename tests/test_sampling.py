@@ -1,0 +1,166 @@
+"""Profile samplers, their text form, and forcing the profile of a run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from opentelemetry import baggage
+from opentelemetry import context as otel_context
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, SpanContext, TraceFlags
+
+from otel_ort import profile_next_run
+from otel_ort.options import parse_options
+from otel_ort.sampling import (
+    PROFILE_BAGGAGE_KEY,
+    Always,
+    EveryNth,
+    Never,
+    ParentBased,
+    RateLimited,
+    Ratio,
+    parse_sampler,
+    take_forced,
+)
+
+SAMPLED = SpanContext(1, 1, False, TraceFlags(TraceFlags.SAMPLED))
+NOT_SAMPLED = SpanContext(1, 1, False, TraceFlags(TraceFlags.DEFAULT))
+
+
+def decisions(sampler: object, runs: int, context: SpanContext = SAMPLED) -> int:
+    return sum(sampler.should_profile(context) for _ in range(runs))  # type: ignore[attr-defined]
+
+
+def test_always_and_never() -> None:
+    assert decisions(Always(), 10) == 10
+    assert decisions(Never(), 10) == 0
+
+
+def test_ratio_stays_inside_the_binomial_interval() -> None:
+    # 400 runs at p = 0.25: mean 100, sd 8.66; the 99.9% interval is 100 ± 3.29 sd
+    assert 72 <= decisions(Ratio(0.25), 400) <= 128
+    assert decisions(Ratio(0.0), 100) == 0
+    assert decisions(Ratio(1.0), 100) == 100
+
+
+def test_every_nth_is_exact_and_can_skip_warm_up_runs() -> None:
+    assert decisions(EveryNth(10), 400) == 40
+    sampler = EveryNth(3, skip_first=2)
+    assert [sampler.should_profile(SAMPLED) for _ in range(8)] == [
+        False, False, False, False, True, False, False, True,
+    ]  # fmt: skip
+
+
+def test_rate_limited_allows_the_burst_then_the_rate() -> None:
+    sampler = RateLimited(per_second=1000.0, burst=3)
+    assert decisions(sampler, 3) == 3
+    slow = RateLimited(per_second=0.001, burst=2)
+    assert decisions(slow, 50) == 2
+
+
+def test_parent_based_profiles_only_sampled_traces() -> None:
+    sampler = ParentBased(Always())
+    assert sampler.should_profile(SAMPLED)
+    assert not sampler.should_profile(NOT_SAMPLED)
+    assert not sampler.should_profile(INVALID_SPAN_CONTEXT)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("always", "Always()"),
+        ("never", "Never()"),
+        ("ratio:0.01", "Ratio(0.01)"),
+        ("rate:2/s", "RateLimited(2.0, burst=1)"),
+        ("every:100", "EveryNth(100, skip_first=0)"),
+        (" Parentbased_ratio:0.5 ", "ParentBased(Ratio(0.5))"),
+    ],
+)
+def test_text_forms(text: str, expected: str) -> None:
+    assert repr(parse_sampler(text)) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("sometimes", "unknown profile sampler 'sometimes'; valid spellings: always, never"),
+        ("ratio:2", "p must be between 0 and 1"),
+        ("ratio:x", "could not convert string to float"),
+        ("every:0", "n must be >= 1"),
+        ("rate:0/s", "must be > 0"),
+    ],
+)
+def test_bad_text_forms_say_what_is_valid(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        parse_sampler(text)
+
+
+def test_instrument_options_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_ORT_PROFILE_SAMPLER", "every:5")
+    monkeypatch.setenv("OTEL_ORT_PROFILE_DIR", "/tmp/somewhere")
+    monkeypatch.setenv("OTEL_ORT_PROFILE_MAX_FILES", "7")
+    profiling = parse_options({}).profiling
+    assert repr(profiling.sampler) == "EveryNth(5, skip_first=0)"
+    assert (profiling.directory, profiling.max_files, profiling.mode) == (
+        "/tmp/somewhere",
+        7,
+        "twin",
+    )
+    explicit = parse_options({"profile_sampler": Ratio(0.5), "profile_max_files": 3}).profiling
+    assert (repr(explicit.sampler), explicit.max_files) == ("Ratio(0.5)", 3)
+
+
+def test_default_is_no_profiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OTEL_ORT_PROFILE_SAMPLER", "OTEL_ORT_PROFILE_DIR", "OTEL_ORT_PROFILE_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    profiling = parse_options({}).profiling
+    assert isinstance(profiling.sampler, Never)
+    assert profiling.directory is None
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"profile_sampler": 0.5}, TypeError, "must be an otel_ort.sampling sampler"),
+        ({"profile_sampler": "ratio:7"}, ValueError, "between 0 and 1"),
+        ({"profile_dir": 3}, TypeError, "profile_dir=...\\) must be a path"),
+        ({"profile_max_files": 0}, ValueError, "must be a whole number >= 1"),
+        ({"profile_max_bytes": 1.5}, ValueError, "must be a whole number >= 1"),
+        ({"profile_mode": "always"}, ValueError, "use one of \\('twin', 'off'\\)"),
+    ],
+)
+def test_bad_profile_options(options: dict[str, object], error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        parse_options(options)
+
+
+def test_bad_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_ORT_PROFILE_MAX_BYTES", "lots")
+    with pytest.raises(ValueError, match=r"\$OTEL_ORT_PROFILE_MAX_BYTES must be a whole number"):
+        parse_options({})
+
+
+def test_profile_next_run_forces_one_run_only() -> None:
+    assert not take_forced()
+    with profile_next_run():
+        assert take_forced()
+        assert not take_forced()
+    assert not take_forced()
+
+
+def test_baggage_key_is_the_documented_one() -> None:
+    token = otel_context.attach(baggage.set_baggage(PROFILE_BAGGAGE_KEY, "1"))
+    try:
+        assert baggage.get_baggage("onnxruntime.profile") == "1"
+    finally:
+        otel_context.detach(token)
+
+
+def test_rate_limited_works_in_a_forked_child() -> None:
+    sampler = RateLimited(per_second=1000.0, burst=1)
+    with sampler._lock:  # held by this thread at the fork: the child must not inherit it held
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if sampler.should_profile(SAMPLED) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
