@@ -31,6 +31,7 @@ e2e: $(STAMP)  ## slow end-to-end stage: subprocesses, opentelemetry-instrument,
 bench: $(STAMP)  ## run overhead; profile → spans speed (each against its baseline, same run)
 	$(BIN)/python -m bench.run_overhead
 	$(BIN)/python -m bench.profile_spans
+	$(BIN)/python -m bench.profile_overhead
 
 clean:
 	rm -rf $(VENV) otel-ort-demo .pytest_cache .mypy_cache .ruff_cache

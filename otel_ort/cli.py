@@ -48,12 +48,15 @@ def main(argv: list[str] | None = None) -> int:
     summary = commands.add_parser("summary", help="tables of where a profile's time went")
     summary.add_argument("profile", metavar="PROFILE.json")
     summary.add_argument("--top", type=int, default=15, help="rows of the top-nodes table")
+    _add_profile_parser(commands)
     args = parser.parse_args(argv)
 
     if args.command == "convert":
         return _convert(parser, args)
     if args.command == "summary":
         return _summary(args)
+    if args.command == "profile":
+        return _profile(parser, args)
     if args.command == "demo":
         from otel_ort.demo import run_demo
 
@@ -95,6 +98,62 @@ def _summary(args: argparse.Namespace) -> int:
         return 1
     print(summarize(profile, top=args.top))
     return 0
+
+
+def _add_profile_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    profile = commands.add_parser(
+        "profile",
+        help="run a model with ORT's run-level profiling: tables, trace files, optional spans",
+    )
+    profile.add_argument("model", metavar="MODEL.onnx")
+    profile.add_argument("--runs", type=int, default=10, help="profiled runs (default 10)")
+    profile.add_argument(
+        "--warmup", type=int, default=1, help="unprofiled runs before them (default 1)"
+    )
+    profile.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=D0,D1,...",
+        help="dimensions of input NAME (unknown ones default to 1); repeatable",
+    )
+    profile.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="this array for input NAME instead of seeded random data; repeatable",
+    )
+    profile.add_argument(
+        "--profile-dir",
+        help="where the profile files go (default: ./otel-ort-profiles)",
+    )
+    profile.add_argument("--otlp-endpoint", metavar="URL", help="also send each run as a trace")
+    profile.add_argument("--protocol", choices=("grpc", "http/protobuf"), default="grpc")
+    profile.add_argument("--service-name", help="service.name of the spans (default: onnxruntime)")
+
+
+def _profile(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from otel_ort.profile_command import DEFAULT_PROFILE_DIR, ProfileRequest, run_profile
+
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    if args.warmup < 0:
+        parser.error("--warmup must be 0 or more")
+    request = ProfileRequest(
+        model=args.model,
+        runs=args.runs,
+        warmup=args.warmup,
+        shapes=args.shape,
+        inputs=args.input,
+        profile_dir=args.profile_dir or DEFAULT_PROFILE_DIR,
+        otlp_endpoint=args.otlp_endpoint,
+        protocol=args.protocol,
+        service_name=args.service_name,
+    )
+    return run_profile(request)
 
 
 if __name__ == "__main__":

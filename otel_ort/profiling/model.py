@@ -68,3 +68,5 @@ class Profile:
     """The file ended mid-write; ``runs`` hold what was complete."""
     problems: list[str] = field(default_factory=list)
     """Events skipped and why, one line per kind of problem, with counts."""
+    events: list[Any] = field(default_factory=list, repr=False)
+    """The file's events as loaded (for rewriting the file without parsing it again)."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -41,8 +40,8 @@ from otel_ort.capi import CApi, CSession, OrtError, UnsupportedValue, load_api
 from otel_ort.delivery import SpanDelivery
 from otel_ort.failures import report_failure
 from otel_ort.options import ProfilingOptions
-from otel_ort.profiling import chrome
-from otel_ort.profiling.reader import ProfileError, read_profile
+from otel_ort.profiling.kept import publish_run, read_run
+from otel_ort.profiling.reader import ProfileError
 from otel_ort.profiling.store import (
     ProfileDirError,
     ProfileStore,
@@ -295,17 +294,10 @@ class Profiler:
         """Spans, enriched file, retention; return a problem description or ``""``."""
         store = self._store
         assert store is not None  # a profiled run had a store
-        written = store.written(profiled.files)
-        if not written:
-            return "ORT wrote no profile file for this run"
         try:
-            profile = read_profile(written[-1], profiled.start_ns)
-            with open(written[-1], "rb") as file:
-                document = json.loads(file.read())
-        except (ProfileError, ValueError) as exc:
-            remove_files(written)
+            profile = read_run(store, profiled.files, profiled.start_ns)
+        except ProfileError as exc:
             return str(exc)
-        context = span.get_span_context()
         if span.is_recording() and profile.runs:
             dropped, summary = self._emit(profile, span)
             span.set_attributes(summary)
@@ -313,23 +305,16 @@ class Profiler:
                 span.set_attribute(semconv.PROFILE_SPANS_DROPPED, dropped)
                 self._count("spans_dropped", dropped)
                 self._dropped_counter.add(dropped)
+        context = span.get_span_context()
         other_data = {
             "trace_id": format_trace_id(context.trace_id),
             "span_id": format_span_id(context.span_id),
-            chrome.START_TIME_KEY: profiled.start_ns,
             "session_id": session_facts.session_id,
             "model": session_facts.run_attributes.get(semconv.MODEL_PATH, "unknown"),
             "otel_ort_version": __version__,
         }
-        data = chrome.enrich(
-            document,
-            other_data=other_data,
-            process_name=f"onnxruntime (pid {os.getpid()})",
-            thread_names={profiled.thread_id: f"{profiled.thread_name} (run)"},
-        )
-        store.publish(data, profiled.files.path)
-        remove_files(written)
-        deleted = store.retain(profiled.files.path)
+        thread = (profiled.thread_id, profiled.thread_name)
+        deleted = publish_run(store, profiled.files, profile, other_data, thread)
         if deleted:
             self._count("files_deleted", deleted)
             self._deleted_counter.add(deleted)

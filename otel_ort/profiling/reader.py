@@ -82,6 +82,7 @@ def read_profile(path: str | os.PathLike[str], start_ns: int | None = None) -> P
         event_count=len(events),
         truncated=truncated,
         problems=parsed.problem_lines(),
+        events=events,
     )
 
 

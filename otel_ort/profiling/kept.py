@@ -1,0 +1,50 @@
+"""A profiled run's files: ORT's raw profile read, then the enriched copy published in its place.
+
+Shared by the profiling engine and ``otel-ort profile``: both give each run its own
+:class:`~otel_ort.profiling.store.RunFiles`, read what ORT wrote with ``read_run``, do their
+span work, then ``publish_run``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from otel_ort.profiling import chrome
+from otel_ort.profiling.model import Profile
+from otel_ort.profiling.reader import ProfileError, read_profile
+from otel_ort.profiling.store import ProfileStore, RunFiles, remove_files
+
+
+def read_run(store: ProfileStore, files: RunFiles, start_ns: int) -> Profile:
+    """ORT's profile of one run (``ts == 0`` at ``start_ns``); ``ProfileError`` when ORT wrote
+    none or it cannot be read (the unreadable file is deleted)."""
+    written = store.written(files)
+    if not written:
+        raise ProfileError(files.prefix, "ONNX Runtime wrote no profile file for this run")
+    try:
+        return read_profile(written[-1], start_ns)
+    except ProfileError:
+        remove_files(written)
+        raise
+
+
+def publish_run(
+    store: ProfileStore,
+    files: RunFiles,
+    profile: Profile,
+    other_data: Mapping[str, Any],
+    thread: tuple[int, str],
+) -> int:
+    """Publish ``profile``'s events enriched (``thread``: the OS id and name of the thread
+    that ran it), delete ORT's file, apply retention; return how many old files it deleted."""
+    data = chrome.enrich(
+        profile.events,
+        other_data={chrome.START_TIME_KEY: profile.start_ns, **other_data},
+        process_name=f"onnxruntime (pid {os.getpid()})",
+        thread_names={thread[0]: f"{thread[1]} (run)"},
+    )
+    store.publish(data, files.path)
+    remove_files(store.written(files))
+    return store.retain(files.path)

@@ -1,0 +1,240 @@
+"""`otel-ort profile` on real models: tables, kept files, inputs, errors, spans over OTLP."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from otel_ort import semconv
+from otel_ort.cli import main
+from otel_ort.demo_model import mlp_model
+from otel_ort.profile_command import InputSpec, build_feeds
+from otel_ort.profiling import read_profile
+from tests.otlp_receiver import OtlpReceiver
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """x: float32[batch, 8]; ORT fuses each layer into one FusedGemm node: 2 nodes a run."""
+    path = tmp_path_factory.mktemp("models") / "mlp.onnx"
+    path.write_bytes(mlp_model(width=8, depth=2))
+    return path
+
+
+@pytest.fixture(scope="module")
+def embedding(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ids: int64[batch, seq] (both symbolic) → Gather from a 10 x 4 table."""
+    table = numpy_helper.from_array(np.ones((10, 4), np.float32), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["y"], name="lookup")],
+        "embedding",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])],
+        initializer=[table],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    path = tmp_path_factory.mktemp("models") / "embedding.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def kept_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("otel-ort_*.json"))
+
+
+def node_input_shapes(path: Path) -> list[Any]:
+    profile = read_profile(path)
+    return [node.args["input_type_shape"] for node in profile.runs[0].nodes]
+
+
+def test_default_run_prints_tables_and_keeps_one_file_per_run(
+    mlp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["profile", str(mlp)]) == 0
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "input x: float32[1,8] random (seed 0)" in out
+    assert "note: input x: unknown dimension batch set to 1; choose with --shape x=N,8" in out
+    assert "1 warm-up run, 10 profiled runs" in out
+    assert "open in https://ui.perfetto.dev or chrome://tracing" in out
+    assert f"{mlp}: 10 run(s), 20 node executions" in out
+    assert "Per op type" in out and "| FusedGemm |    20 |" in out
+    assert "profiled 10/10 runs" in captured.err  # not a terminal: progress as lines
+
+    directory = tmp_path / "otel-ort-profiles"
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    files = kept_files(directory)
+    assert len(files) == 10
+    assert not list((directory / ".pending").iterdir())  # ORT's own files are gone
+    for path in files:
+        assert str(path) in out
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        document = json.loads(path.read_text())
+        assert isinstance(document["traceEvents"], list)
+        assert document["otherData"]["model"] == str(mlp)
+        profile = read_profile(path)
+        assert profile.start_source == "file"
+        assert len(profile.runs) == 1 and len(profile.runs[0].nodes) == 2
+
+
+def test_shape_sets_symbolic_dims(
+    embedding: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / "p"
+    code = main([
+        "profile", str(embedding), "--shape", "ids=3,5", "--runs", "1",
+        "--profile-dir", str(directory),
+    ])  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "input ids: int64[3,5] random (seed 0)" in out and "note:" not in out
+    [path] = kept_files(directory)
+    assert node_input_shapes(path) == [[{"float": [10, 4]}, {"int64": [3, 5]}]]
+
+
+def test_input_from_npy(mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    array = tmp_path / "batch.npy"
+    np.save(array, np.zeros((4, 8), np.float32))
+    directory = tmp_path / "p"
+    code = main([
+        "profile", str(mlp), "--input", f"x={array}", "--runs", "2", "--warmup", "0",
+        "--profile-dir", str(directory),
+    ])  # fmt: skip
+    assert code == 0
+    assert "input x: float32[4,8] from --input" in capsys.readouterr().out
+    for path in kept_files(directory):
+        assert node_input_shapes(path)[0][0] == {"float": [4, 8]}
+
+
+def test_random_inputs_of_every_kind() -> None:
+    specs = [
+        InputSpec("f", "tensor(float16)", (2, 3)),
+        InputSpec("i", "tensor(int32)", ("n",)),
+        InputSpec("b", "tensor(bool)", (4,)),
+        InputSpec("s", "tensor(string)", (None, 2)),
+    ]
+    feeds, lines = build_feeds(specs, {"i": (50,)}, {})
+    assert feeds["f"].dtype == np.float16 and feeds["f"].shape == (2, 3)
+    assert feeds["i"].dtype == np.int32 and 0 <= feeds["i"].min() <= feeds["i"].max() <= 9
+    assert feeds["b"].dtype == np.bool_
+    assert feeds["s"].shape == (1, 2) and all(isinstance(word, str) for word in feeds["s"].flat)
+    assert "note: input s: unknown dimension ? set to 1; choose with --shape s=N,2" in lines
+
+
+@pytest.fixture
+def wrong_inputs(tmp_path: Path) -> Path:
+    np.save(tmp_path / "doubles.npy", np.zeros((2, 8)))
+    np.save(tmp_path / "wide.npy", np.zeros((2, 9), np.float32))
+    (tmp_path / "garbage.onnx").write_bytes(b"not a model")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--shape", "x"], "--shape 'x': expected NAME=VALUE, e.g. --shape x=1,3,224,224"),
+        (["--shape", "x=a,8"], "--shape x=a,8: dimensions must be whole numbers"),
+        (["--shape", "y=1,8"], "--shape names input 'y', which the model does not have; its "
+                               "inputs: x"),
+        (["--shape", "x=1,2,3"], "--shape x: gives 3 dimensions, but input 'x' has 2: "
+                                 "float32[batch,8]"),
+        (["--shape", "x=2,9"], "input 'x' is float32[batch,8]; its fixed dimensions cannot"),
+        (["--input", "x"], "--input 'x': expected NAME=VALUE"),
+        (["--input", "x=DIR/doubles.npy"], "--input x: the array is float64[2,8], but input 'x' "
+                                           "expects float32[batch,8]: convert it with "
+                                           "array.astype(np.float32)"),
+        (["--input", "x=DIR/wide.npy"], "the array is float32[2,9], but input 'x' expects "
+                                        "float32[batch,8]: save an array of that shape"),
+        (["--input", "x=DIR/none.npy"], "--input x=DIR/none.npy: cannot read a .npy array"),
+    ],
+)  # fmt: skip
+def test_bad_inputs_are_one_clear_line(
+    mlp: Path,
+    wrong_inputs: Path,
+    arguments: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    arguments = [arg.replace("DIR", str(wrong_inputs)) for arg in arguments]
+    directory = wrong_inputs / "p"
+    assert main(["profile", str(mlp), *arguments, "--profile-dir", str(directory)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("otel-ort profile: ") and err.count("\n") == 1
+    assert message.replace("DIR", str(wrong_inputs)) in err
+    assert not directory.exists()
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("missing.onnx", "model '{path}' not found: pass the path of an .onnx file"),
+        ("garbage.onnx", "{path}: ONNX Runtime cannot open this model: CreateSession failed"),
+    ],
+)
+def test_bad_models_are_one_clear_line(
+    wrong_inputs: Path, model: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(wrong_inputs / model)
+    assert main(["profile", path, "--profile-dir", str(wrong_inputs / "p")]) == 1
+    err = capsys.readouterr().err
+    assert message.format(path=path) in err and "Traceback" not in err
+
+
+def test_bad_counts_are_usage_errors(mlp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["profile", str(mlp), "--runs", "0"])
+    assert exit_info.value.code == 2
+    assert "--runs must be at least 1" in capsys.readouterr().err
+
+
+def test_runs_sent_over_otlp_one_trace_each(
+    mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / "p"
+    with OtlpReceiver() as receiver:
+        code = main([
+            "profile", str(mlp), "--runs", "2", "--profile-dir", str(directory),
+            "--otlp-endpoint", receiver.grpc_endpoint, "--service-name", "profiled",
+        ])  # fmt: skip
+        received = receiver.wait_for_spans(6)
+    assert code == 0
+    out = capsys.readouterr().out
+    assert f"OTLP: 6 spans of 2 traces sent to {receiver.grpc_endpoint}; 0 dropped" in out
+    spans = [span for _, span in received]
+    runs = {span.span_id: span for span in spans if span.name == semconv.SPAN_RUN}
+    assert len(runs) == 2 and len({span.trace_id for span in runs.values()}) == 2
+    nodes = [span for span in spans if span.name != semconv.SPAN_RUN]
+    assert len(nodes) == 4
+    for node in nodes:
+        run = runs[node.parent_span_id]
+        assert node.trace_id == run.trace_id
+        assert run.start_time_unix_nano <= node.start_time_unix_nano
+    other_data = [json.loads(path.read_text())["otherData"] for path in kept_files(directory)]
+    assert {bytes.fromhex(data["trace_id"]) for data in other_data} == {
+        span.trace_id for span in runs.values()
+    }
+    service = {kv.key: kv.value.string_value for kv in received[0][0].attributes}
+    assert service["service.name"] == "profiled"
+
+
+def test_spans_that_do_not_arrive_fail_the_command(
+    mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with OtlpReceiver() as receiver:
+        endpoint = f"{receiver.http_endpoint}/elsewhere"  # the receiver answers 404 there
+        code = main([
+            "profile", str(mlp), "--runs", "1", "--profile-dir", str(tmp_path / "p"),
+            "--otlp-endpoint", endpoint, "--protocol", "http/protobuf",
+        ])  # fmt: skip
+    assert code == 1
+    captured = capsys.readouterr()
+    assert "0 dropped before export, 3 failed to send" in captured.out
+    assert f"otel-ort profile: 3 of 3 spans did not reach {endpoint}" in captured.err
+    assert len(kept_files(tmp_path / "p")) == 1
