@@ -103,7 +103,7 @@ def _profiling_options(kwargs: Mapping[str, Any]) -> ProfilingOptions:
             "OrtInstrumentor.instrument(profile_dir=...) must be a path, "
             f"got {_describe(directory)}"
         )
-    mode = str(_setting(kwargs, "profile_mode", env.OTEL_ORT_PROFILE_MODE) or "twin")
+    mode = str(_setting(kwargs, "profile_mode", env.OTEL_ORT_PROFILE_MODE) or "twin").lower()
     if mode not in PROFILE_MODES:
         raise ValueError(
             f"OrtInstrumentor.instrument(profile_mode={mode!r}): use one of {PROFILE_MODES}"

@@ -12,6 +12,7 @@ through :mod:`otel_ort.failures` and the run goes ahead.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from time import perf_counter, time_ns
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from otel_ort.failures import report_failure
 from otel_ort.feeds import describe_feeds
 from otel_ort.metrics import run_duration_histogram
 from otel_ort.options import Options
+from otel_ort.profiling.recorded_options import snapshot_options
 from otel_ort.session_facts import (
     UNKNOWN_SESSION,
     SessionFacts,
@@ -126,7 +128,11 @@ class RunTelemetry:
                 return wrapped(*args, **kwargs)
             start = perf_counter()
             if self._profiler is not None:
-                profiled = _profile(self._profiler, span, session, method, args, kwargs)
+                try:
+                    profiled = _profile(self._profiler, span, session, method, args, kwargs)
+                except BaseException as exc:  # KeyboardInterrupt, SystemExit during the run
+                    self._finish(span, facts, session, perf_counter() - start, exc)
+                    raise
                 if profiled is not None:
                     outputs = (
                         outputs_of(args, kwargs, profiled.outputs) if self._response_hook else None
@@ -199,6 +205,11 @@ class RunTelemetry:
         except BaseException as exc:
             self._end_session_span(span, session, exc)
             raise
+        if self._profiler is not None:
+            try:
+                snapshot_options(session, kwargs)
+            except Exception:
+                report_failure("could not record a session's options for profiling")
         self._end_session_span(span, session, None)
 
     def _end_session_span(self, span: Span, session: Any, error: BaseException | None) -> None:
@@ -254,14 +265,14 @@ class RunTelemetry:
         try:
             if span.is_recording():
                 span.set_attributes(
-                    {semconv.RUN_PROFILED: True, semconv.PROFILE_FILE: profiled.files.path}
+                    {semconv.RUN_PROFILED: True, semconv.PROFILE_FILE: profiled.run.files.path}
                 )
         except Exception:
             report_failure("could not mark a profiled run span")
         self._finish(span, facts, session, duration, None, outputs, profiled=True)
         try:
             assert self._profiler is not None
-            self._profiler.finish(span, end_ns, profiled, facts)
+            self._profiler.finish(span, end_ns, profiled.run, facts)
         except Exception:
             report_failure("could not hand a profiled run over")
             span.end(end_ns)
@@ -313,8 +324,10 @@ def _profile(
             profiler.record_skip(span, outcome)
             return None
         return outcome
-    except Exception:
+    except Exception as exc:
         report_failure("could not profile a run")
+        with contextlib.suppress(Exception):
+            profiler.record_skip(span, (semconv.SKIP_INTERNAL, repr(exc)))
         return None
 
 

@@ -233,7 +233,7 @@ def test_runs_that_cannot_go_to_the_twin_say_why(profiling: Telemetry, mlp_path:
     with profile_next_run(), pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument):
         session.run(None, {"x": X["x"].astype(np.float64)})
     reasons = [attrs(s).get(semconv.PROFILE_SKIP_REASON) for s in run_spans(profiling)]
-    assert reasons == [semconv.SKIP_INPUT, semconv.SKIP_METHOD, semconv.SKIP_TWIN_ERROR]
+    assert reasons == [semconv.SKIP_VALUE, semconv.SKIP_METHOD, semconv.SKIP_TWIN_ERROR]
     assert all(len(str(attrs(s)[semconv.PROFILE_SKIP_DETAIL])) <= 512 for s in run_spans(profiling))
 
 
@@ -340,6 +340,7 @@ def test_twins_close_with_their_session_and_at_uninstrument(
 def test_a_session_rebuilt_by_ort_gets_a_new_twin(profiling: Telemetry, mlp_path: Path) -> None:
     session = ort.InferenceSession(mlp_path, providers=CPU)
     ready(session, X)
+    old_twin = session.__dict__["_otel_ort_twin"]
     session.set_providers(CPU)  # ORT re-creates the session
     with profile_next_run():
         session.run(None, X)
@@ -347,6 +348,7 @@ def test_a_session_rebuilt_by_ort_gets_a_new_twin(profiling: Telemetry, mlp_path
         attrs(run_spans(profiling)[-1])[semconv.PROFILE_SKIP_REASON] == semconv.SKIP_TWIN_NOT_READY
     )
     ready(session, X)
+    assert old_twin.state == "closed"  # the superseded twin gave its memory and threads back
     with profile_next_run():
         session.run(None, X)
     assert flush_profiles(timeout=60)
@@ -380,6 +382,10 @@ def test_profiling_works_in_a_forked_child(
     options.intra_op_num_threads = 1  # ORT's own pool threads would not exist in the child
     session = ort.InferenceSession(mlp_path, options, providers=CPU)
     ready(session, X)
+    pooled_options = ort.SessionOptions()
+    pooled_options.intra_op_num_threads = 4
+    pooled = ort.InferenceSession(mlp_path, pooled_options, providers=CPU)
+    ready(pooled, X)  # its twin has pool threads, which the child does not have
     profiling.exporter.clear()
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -424,3 +430,57 @@ def test_uninstrument_leaves_ort_options_working(telemetry: Telemetry, mlp_path:
     run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
     session = ort.InferenceSession(mlp_path, options, providers=CPU)
     assert session.run(None, X, run_options)[0].shape == (2, 32)
+
+
+def test_options_the_twin_cannot_know_make_the_session_unprofilable(
+    telemetry: Telemetry, profile_dir: Path, mlp_path: Path
+) -> None:
+    early = ort.SessionOptions()  # made before instrument(): its history is unknown
+    early.add_session_config_entry("session.set_denormal_as_zero", "1")
+    with instrumentation(**telemetry.providers, profile_dir=str(profile_dir)):
+        with_initializer = ort.SessionOptions()
+        with_initializer.add_initializer("unused", ort.OrtValue.ortvalue_from_numpy(X["x"]))
+        for options in (early, with_initializer):
+            session = ort.InferenceSession(mlp_path, options, providers=CPU)
+            ready(session, X)
+            with profile_next_run():
+                session.run(None, X)
+    details = [
+        str(attrs(s)[semconv.PROFILE_SKIP_DETAIL])
+        for s in run_spans(telemetry)
+        if attrs(s).get(semconv.PROFILE_SKIP_REASON) == semconv.SKIP_TWIN_UNAVAILABLE
+    ]
+    assert len(details) == 2
+    assert "SessionOptions was created before instrument()" in details[0]
+    assert "add_initializer" in details[1]
+
+
+def test_options_changed_after_a_session_was_made_stay_out_of_its_twin(
+    profiling: Telemetry, mlp_path: Path
+) -> None:
+    options = ort.SessionOptions()
+    session = ort.InferenceSession(mlp_path, options, providers=CPU)
+    options.add_free_dimension_override_by_name("batch", 5)  # for a later session only
+    ready(session, X)
+    with profile_next_run():
+        session.run(None, X)
+    assert flush_profiles(timeout=60)
+    assert attrs(run_spans(profiling)[-1])[semconv.RUN_PROFILED] is True
+
+
+def test_an_interrupted_profiled_run_ends_its_span_and_gives_its_place_back(
+    profiling: Telemetry, profile_dir: Path, mlp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    ready(session, X)
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(session.__dict__["_otel_ort_twin"], "run", interrupted)
+    with profile_next_run(), pytest.raises(KeyboardInterrupt):
+        session.run(None, X)
+    assert flush_profiles(timeout=5)  # no reservation left behind
+    span = run_spans(profiling)[-1]
+    assert attrs(span)[semconv.ERROR_TYPE] == "KeyboardInterrupt"
+    assert not list((profile_dir / ".pending").iterdir())

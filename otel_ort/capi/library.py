@@ -344,6 +344,17 @@ _apis: dict[str, CApi] = {}
 _apis_lock = threading.Lock()
 
 
+def _fresh_locks_after_fork() -> None:
+    """In a forked child: a lock a parent's thread held at the fork would stay held."""
+    global _apis_lock  # noqa: PLW0603 (the module's one lock, replaced, not shared)
+    _apis_lock = threading.Lock()
+    for api in _apis.values():
+        api._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_after_fork)
+
+
 def load_api(library: str | os.PathLike[str] | None = None) -> CApi:
     """The ``CApi`` of ``library`` (default: the installed onnxruntime's), loaded once per path."""
     path = Path(library) if library is not None else default_library_path()

@@ -104,6 +104,14 @@ class CSession:
             self._wait(lambda: self._active == 0)
         self._release()
 
+    def abandon(self) -> None:
+        """In a forked child: drop the parent's session without releasing it (its ORT threads
+        do not exist here: releasing would wait for them or crash). Later runs raise."""
+        self._release.detach()
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._closed = True
+
     def run(
         self,
         feeds: Mapping[str, Any],

@@ -64,15 +64,22 @@ _MAX_DETAIL = 512
 _SHUTDOWN_TIMEOUT_S = 30.0
 
 
-@dataclass(slots=True)
-class Profiled:
-    """A run that executed on the twin with profiling."""
+@dataclass(frozen=True, slots=True)
+class ProfiledRun:
+    """What the worker needs of a profiled run (not its outputs: they are the caller's)."""
 
-    outputs: list[Any]
     files: RunFiles
     start_ns: int
-    thread_id: int
-    thread_name: str
+    thread: tuple[int, str]
+    """OS thread id and name of the thread that ran it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Profiled:
+    """A run that executed on the twin with profiling: its outputs, and what to convert."""
+
+    outputs: list[Any]
+    run: ProfiledRun
 
 
 Skipped = tuple[str, str]
@@ -137,7 +144,9 @@ class Profiler:
         feeds = args[1] if len(args) > 1 else kwargs.get("input_feed")
         run_options = args[2] if len(args) > 2 else kwargs.get("run_options")
         if not isinstance(feeds, dict):
-            return semconv.SKIP_INPUT, f"input_feed is a {type(feeds).__name__}, not a dict"
+            return semconv.SKIP_VALUE, f"input_feed is a {type(feeds).__name__}, not a dict"
+        if output_names is not None and not isinstance(output_names, list | tuple):
+            return semconv.SKIP_VALUE, f"output_names is a {type(output_names).__name__}"
         twin = self._serving_twin(session, feeds, output_names)
         if isinstance(twin, tuple):
             return twin
@@ -160,13 +169,15 @@ class Profiler:
             outputs = twin.run(
                 feeds, output_names or None, profile_prefix=files.prefix, **arguments
             )
-        except Exception as exc:  # ORT's error on the twin: ORT's own run will say it again
+        except BaseException as exc:  # ORT's error on the twin: ORT's own run will say it again
             self.worker.release()
             self._discard(files)
-            reason = semconv.SKIP_INPUT if isinstance(exc, UnsupportedValue) else None
+            if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: the caller's
+                raise
+            reason = semconv.SKIP_VALUE if isinstance(exc, UnsupportedValue) else None
             return reason or semconv.SKIP_TWIN_ERROR, str(exc)
-        thread = threading.current_thread()
-        return Profiled(outputs, files, start_ns, threading.get_native_id(), thread.name)
+        thread = (threading.get_native_id(), threading.current_thread().name)
+        return Profiled(outputs, ProfiledRun(files, start_ns, thread))
 
     def _serving_twin(
         self, session: Any, feeds: dict[str, Any], output_names: Any
@@ -196,13 +207,11 @@ class Profiler:
             )
         self._count_run(reason)
 
-    def finish(self, span: Span, end_ns: int, profiled: Profiled, session_facts: Any) -> None:
+    def finish(self, span: Span, end_ns: int, run: ProfiledRun, session_facts: Any) -> None:
         """Hand a profiled run to the worker (into the place ``attempt`` reserved); the worker
         ends ``span`` at ``end_ns``."""
+        self.worker.submit(lambda: self._convert(span, end_ns, run, session_facts), reserved=True)
         self._count_run("profiled")
-        self.worker.submit(
-            lambda: self._convert(span, end_ns, profiled, session_facts), reserved=True
-        )
 
     # -- twins ----------------------------------------------------------------------------
 
@@ -212,6 +221,8 @@ class Profiler:
             if twin is not None and twin.state != "closed" and twin.serves(self, session):
                 return semconv.SKIP_TWIN_NOT_READY, "the twin is being built"
             attempts = session.__dict__.get(_ATTEMPTS_KEY, 0) + 1
+            if twin is not None and twin.state != "closed":  # superseded: ORT rebuilt the session
+                self.worker.submit(twin.close)
             twin = Twin(self, getattr(session, "_providers", None))
             session.__dict__[_TWIN_KEY] = twin
             session.__dict__[_ATTEMPTS_KEY] = attempts
@@ -233,6 +244,20 @@ class Profiler:
         attempts: int,
     ) -> None:
         """Worker: create the twin, prime it with one profiled run, let it serve."""
+        try:
+            self._build_and_prime(twin, session_ref, feeds, output_names, attempts)
+        except Exception as exc:
+            twin.fail(f"building the twin failed: {exc!r}")
+            report_failure("could not build a twin")
+
+    def _build_and_prime(
+        self,
+        twin: Twin,
+        session_ref: Callable[[], Any],
+        feeds: dict[str, Any],
+        output_names: Any,
+        attempts: int,
+    ) -> None:
         session = session_ref()
         if session is None or twin.state != "building":
             return
@@ -280,31 +305,44 @@ class Profiler:
 
     # -- worker: conversion -----------------------------------------------------------------
 
-    def _convert(self, span: Span, end_ns: int, profiled: Profiled, session_facts: Any) -> None:
-        problem = ""
+    def _convert(self, span: Span, end_ns: int, run: ProfiledRun, session_facts: Any) -> None:
+        """Worker: the run's spans and kept file; the run span ends whatever happens, a problem
+        is counted (``profile_error``) and said on it, ORT's raw file never stays behind."""
+        problems: list[str] = []
         try:
-            problem = self._keep_profile(span, profiled, session_facts)
+            self._keep_profile(span, run, session_facts, problems)
         except Exception as exc:
-            problem = f"converting the profile failed: {exc!r}"
-            report_failure("could not convert a profiled run")
+            problems.append(f"keeping the profile failed: {exc!r}")
+            report_failure("could not keep a profiled run's profile")
         finally:
-            _end(span, end_ns, problem)
+            if self._store is not None:
+                remove_files(self._store.written(run.files))
+            if problems:
+                self._count_run(semconv.PROFILE_ERROR_OUTCOME)
+            _end(span, end_ns, "; ".join(problems))
 
-    def _keep_profile(self, span: Span, profiled: Profiled, session_facts: Any) -> str:
-        """Spans, enriched file, retention; return a problem description or ``""``."""
+    def _keep_profile(
+        self, span: Span, run: ProfiledRun, session_facts: Any, problems: list[str]
+    ) -> None:
+        """Spans, enriched file, retention; what went wrong goes to ``problems``."""
         store = self._store
         assert store is not None  # a profiled run had a store
         try:
-            profile = read_run(store, profiled.files, profiled.start_ns)
+            profile = read_run(store, run.files, run.start_ns)
         except ProfileError as exc:
-            return str(exc)
+            problems.append(str(exc))
+            return
         if span.is_recording() and profile.runs:
-            dropped, summary = self._emit(profile, span)
-            span.set_attributes(summary)
-            if dropped:
-                span.set_attribute(semconv.PROFILE_SPANS_DROPPED, dropped)
-                self._count("spans_dropped", dropped)
-                self._dropped_counter.add(dropped)
+            try:
+                dropped, summary = self._emit(profile, span)
+            except TypeError as exc:  # not the SDK's provider: no spans, the file is still kept
+                problems.append(str(exc))
+            else:
+                span.set_attributes(summary)
+                if dropped:
+                    span.set_attribute(semconv.PROFILE_SPANS_DROPPED, dropped)
+                    self._count("spans_dropped", dropped)
+                    self._dropped_counter.add(dropped)
         context = span.get_span_context()
         other_data = {
             "trace_id": format_trace_id(context.trace_id),
@@ -313,12 +351,10 @@ class Profiler:
             "model": session_facts.run_attributes.get(semconv.MODEL_PATH, "unknown"),
             "otel_ort_version": __version__,
         }
-        thread = (profiled.thread_id, profiled.thread_name)
-        deleted = publish_run(store, profiled.files, profile, other_data, thread)
+        deleted = publish_run(store, run.files, profile, other_data, run.thread)
         if deleted:
             self._count("files_deleted", deleted)
             self._deleted_counter.add(deleted)
-        return ""
 
     def _emit(self, profile: Any, span: Span) -> tuple[int, dict[str, Any]]:
         """Node and kernel spans under the live run span; (dropped, run summary)."""
@@ -381,6 +417,8 @@ class Profiler:
         self.worker.reset_after_fork()
         self._lock = threading.Lock()
         self._counts_lock = threading.Lock()
+        if self._store is not None:
+            self._store.after_fork_in_child()
         for twin in list(self._twins):
             twin.close()  # abandoned: see Twin.close
         self._twins = weakref.WeakSet()

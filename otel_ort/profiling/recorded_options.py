@@ -8,9 +8,10 @@ like; the twin of a session needs them, so while instrumented the methods in
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 _RECORDED: weakref.WeakKeyDictionary[Any, list[tuple[str, tuple[Any, ...]]]] = (
@@ -19,8 +20,18 @@ _RECORDED: weakref.WeakKeyDictionary[Any, list[tuple[str, tuple[Any, ...]]]] = (
 _recorded_lock = threading.Lock()
 _originals: dict[tuple[type, str], Any] = {}
 
+
+def _fresh_lock_after_fork() -> None:
+    """In a forked child: a lock a parent's thread held at the fork would stay held."""
+    global _recorded_lock  # noqa: PLW0603 (the module's one lock, replaced, not shared)
+    _recorded_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_after_fork)
+
 OPTION_RECORDERS = {
     "SessionOptions": (
+        "__init__",  # marks the options made while instrumented: their whole history is known
         "add_session_config_entry",
         "add_free_dimension_override_by_name",
         "add_free_dimension_override_by_denotation",
@@ -33,7 +44,7 @@ OPTION_RECORDERS = {
         "set_provider_selection_policy",
         "set_provider_selection_policy_delegate",
     ),
-    "RunOptions": ("add_run_config_entry", "add_active_adapter"),
+    "RunOptions": ("__init__", "add_run_config_entry", "add_active_adapter"),
 }
 """pybind class → methods whose calls are recorded for the twin."""
 
@@ -83,3 +94,39 @@ def recorded_calls(options: Any) -> list[tuple[str, tuple[Any, ...]]]:
             return list(_RECORDED.get(options, ()))
         except TypeError:
             return []
+
+
+Calls = list[tuple[str, tuple[Any, ...]]]
+_SNAPSHOT_KEY = "_otel_ort_options_snapshot"
+
+
+def created_while_recording(calls: Calls) -> bool:
+    """Whether these are the calls of an options object made while instrumented (its whole
+    history is known)."""
+    return bool(calls) and calls[0][0] == "__init__"
+
+
+def snapshot_options(session: Any, init_kwargs: Mapping[str, Any]) -> None:
+    """At the creation of an instrumented session: freeze the calls on its options (the user
+    may change the options object afterwards, for another session), or why they are unknown."""
+    options = getattr(session, "_sess_options_initial", None)
+    calls = recorded_calls(options)
+    problem = ""
+    if options is not None and not created_while_recording(calls):
+        problem = (
+            "its SessionOptions was created before instrument(), so its settings cannot be "
+            "read; create options after instrument() to profile this session"
+        )
+    elif init_kwargs.get("disabled_optimizers"):
+        problem = "it was created with disabled_optimizers"
+    session.__dict__[_SNAPSHOT_KEY] = (calls, problem)
+
+
+def session_calls(session: Any) -> tuple[Calls, str]:
+    """The calls frozen at the session's creation, or why its options cannot be known."""
+    snapshot: tuple[Calls, str] | None = session.__dict__.get(_SNAPSHOT_KEY)
+    if snapshot is not None:
+        return snapshot
+    if getattr(session, "_sess_options_initial", None) is not None:
+        return [], "it was created before instrument() with SessionOptions that cannot be read"
+    return [], ""  # created before instrument() with ORT's defaults

@@ -153,6 +153,10 @@ class ProfileStore:
             self.deleted += deleted
             return deleted
 
+    def after_fork_in_child(self) -> None:
+        """A lock a parent's thread held at the fork would stay held in the child."""
+        self._lock = threading.Lock()
+
     def _scan(self) -> tuple[deque[tuple[str, int]], int]:
         """The published files already in the directory, oldest first, and their bytes."""
         found = []

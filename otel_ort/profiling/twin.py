@@ -6,7 +6,7 @@ are write-only, so :mod:`otel_ort.profiling.recorded_options` records those call
 twin gets what was recorded for the options its session was created with. Calls made before
 ``instrument()`` cannot be seen; the twin then runs with ORT's defaults for them. Options the
 twin cannot reproduce (initializers added from Python, custom-op libraries, plugin EPs, LoRA
-adapters, providers other than CPU and CUDA) make the session's runs unprofilable, with the
+adapters, providers other than CPU) make the session's runs unprofilable, with the
 reason on their spans.
 
 Config entries that make ORT write files (EP context models, saved optimized models) are not
@@ -22,7 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_ort.capi import CSession, SessionConfig
-from otel_ort.profiling.recorded_options import recorded_calls
+from otel_ort.profiling.recorded_options import (
+    created_while_recording,
+    recorded_calls,
+    session_calls,
+)
 
 _NOT_REPRODUCIBLE = {
     "add_initializer": "initializers added with SessionOptions.add_initializer",
@@ -36,7 +40,9 @@ _NOT_REPRODUCIBLE = {
     "add_active_adapter": "a LoRA adapter",
 }
 _FILE_WRITING_KEYS = ("ep.context_", "session.save_", "session.optimized_model_")
-_TWIN_PROVIDERS = ("CPUExecutionProvider", "CUDAExecutionProvider")
+_TWIN_PROVIDERS = ("CPUExecutionProvider",)
+"""CUDA twins wait for a check on a GPU: the C API leaves outputs on the device, where ORT's
+Python API copies them back, and two ORT copies would share the CUDA provider library."""
 _DEFAULT_TWIN_LOG_SEVERITY = 3
 """ERROR: the user's session already logs ORT's warnings once; the twin would repeat them."""
 
@@ -54,9 +60,12 @@ def twin_config(session: Any) -> SessionConfig:
     config_entries: dict[str, str] = {}
     by_name: dict[str, int] = {}
     by_denotation: dict[str, int] = {}
-    # ORT replaces _sess_options with a copy of its own; the user's object is the initial one
-    user_options = getattr(session, "_sess_options_initial", None)
-    for method, args in recorded_calls(user_options):
+    if getattr(session, "_read_config_from_model", False):
+        raise TwinUnavailable("the session reads its options from the model file")
+    calls, problem = session_calls(session)
+    if problem:
+        raise TwinUnavailable(problem)
+    for method, args in calls:
         if method in _NOT_REPRODUCIBLE:
             raise TwinUnavailable(f"the session uses {_NOT_REPRODUCIBLE[method]}")
         if method == "add_session_config_entry":
@@ -90,7 +99,7 @@ def _providers(session: Any) -> tuple[tuple[str, Mapping[str, str]], ...]:
     for name in session.get_providers():
         if name not in _TWIN_PROVIDERS:
             raise TwinUnavailable(
-                f"the session uses {name}; twins support {' and '.join(_TWIN_PROVIDERS)}"
+                f"the session uses {name}; twins support {', '.join(_TWIN_PROVIDERS)} only"
             )
         values = options.get(name, {}) if name != "CPUExecutionProvider" else {}
         providers.append((name, {str(k): str(v) for k, v in values.items()}))
@@ -106,8 +115,11 @@ def run_options_arguments(run_options: Any) -> dict[str, Any]:
         arguments["run_tag"] = str(run_options.logid)
     if run_options.log_severity_level >= 0:
         arguments["log_severity_level"] = int(run_options.log_severity_level)
+    calls = recorded_calls(run_options)
+    if not created_while_recording(calls):
+        raise TwinUnavailable("its RunOptions was created before instrument()")
     entries: dict[str, str] = {}
-    for method, args in recorded_calls(run_options):
+    for method, args in calls[1:]:
         if method in _NOT_REPRODUCIBLE:
             raise TwinUnavailable(f"the run uses {_NOT_REPRODUCIBLE[method]}")
         entries[str(args[0])] = str(args[1])
@@ -175,6 +187,8 @@ class Twin:
         releasing would wait for them (nor is its lock touched: a parent's thread may have held
         it at the fork)."""
         if self.pid != os.getpid():
+            if self.session is not None:
+                self.session.abandon()
             self.session, self.state = None, "closed"
             return
         with self._condition:
