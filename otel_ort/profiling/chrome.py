@@ -21,15 +21,14 @@ _GPU_PID = -1
 
 
 def enrich(
-    document: Any,
+    events: list[Any],
     *,
     other_data: Mapping[str, Any],
     process_name: str,
     thread_names: Mapping[int, str],
 ) -> bytes:
-    """The enriched file's bytes from ORT's parsed JSON (an event array or ``traceEvents``
-    object). ``thread_names`` maps OS thread ids to names; other threads get a generic one."""
-    events: list[Any] = document["traceEvents"] if isinstance(document, dict) else document
+    """The enriched file's bytes from ORT's events (as read). ``thread_names`` maps OS
+    thread ids to names; other threads get a generic one."""
     pids: set[int] = set()
     tids: set[tuple[int, int]] = set()
     for event in events:

@@ -358,7 +358,7 @@ class Profiler:
 
     def _emit(self, profile: Any, span: Span) -> tuple[int, dict[str, Any]]:
         """Node and kernel spans under the live run span; (dropped, run summary)."""
-        provider = self._tracer_provider or trace.get_tracer_provider()
+        provider = self._provider()
         if self._delivery is None or self._delivery[0] is not provider:
             if not isinstance(provider, SdkTracerProvider):
                 raise TypeError(
@@ -392,24 +392,27 @@ class Profiler:
         with self._counts_lock:
             return dict(self._counts)
 
+    def _provider(self) -> Any:
+        """The tracer provider now (the global one may be set after ``instrument()``)."""
+        return self._tracer_provider or trace.get_tracer_provider()
+
+    def _flush_provider(self) -> None:
+        flush = getattr(self._provider(), "force_flush", None)
+        if callable(flush):
+            with contextlib.suppress(Exception):
+                flush()
+
     def flush(self, timeout: float | None = None) -> bool:
         """Wait for pending twin builds and conversions, then flush the tracer provider."""
         done = self.worker.drain(timeout)
-        provider = self._tracer_provider or trace.get_tracer_provider()
-        flush = getattr(provider, "force_flush", None)
-        if callable(flush):
-            flush()
+        self._flush_provider()
         return done
 
     def shutdown(self, timeout: float = _SHUTDOWN_TIMEOUT_S) -> None:
         """Convert what is pending, flush spans, close every twin, stop the worker thread."""
         atexit.unregister(self.shutdown)
         self.worker.stop(timeout)
-        provider = self._tracer_provider or trace.get_tracer_provider()
-        flush = getattr(provider, "force_flush", None)
-        if callable(flush):
-            with contextlib.suppress(Exception):
-                flush()
+        self._flush_provider()
         for twin in list(self._twins):
             twin.close()
 
