@@ -229,8 +229,12 @@ class Profiler:
             self._twins.add(twin)
             weakref.finalize(session, _release_twin, weakref.ref(self), twin)
         session_ref = weakref.ref(session)
-        job = lambda: self._build(twin, session_ref, dict(feeds), output_names, attempts)  # noqa: E731
-        if not self.worker.submit(job):
+        copied = dict(feeds)
+        if not self.worker.submit(
+            lambda: _guarded(
+                twin, lambda: self._build(twin, session_ref, copied, output_names, attempts)
+            )
+        ):
             twin.close()
             return semconv.SKIP_BACKLOG, "no room in the worker's queue to build the twin"
         return semconv.SKIP_TWIN_NOT_READY, "the twin is being built"
@@ -244,20 +248,6 @@ class Profiler:
         attempts: int,
     ) -> None:
         """Worker: create the twin, prime it with one profiled run, let it serve."""
-        try:
-            self._build_and_prime(twin, session_ref, feeds, output_names, attempts)
-        except Exception as exc:
-            twin.fail(f"building the twin failed: {exc!r}")
-            report_failure("could not build a twin")
-
-    def _build_and_prime(
-        self,
-        twin: Twin,
-        session_ref: Callable[[], Any],
-        feeds: dict[str, Any],
-        output_names: Any,
-        attempts: int,
-    ) -> None:
         session = session_ref()
         if session is None or twin.state != "building":
             return
@@ -431,6 +421,15 @@ def _end(span: Span, end_ns: int, problem: str) -> None:
     if problem and span.is_recording():
         span.set_attribute(semconv.PROFILE_ERROR, problem[:_MAX_DETAIL])
     span.end(end_ns)
+
+
+def _guarded(twin: Twin, build: Callable[[], None]) -> None:
+    """Run a twin's build; any failure marks the twin failed instead of leaving it building."""
+    try:
+        build()
+    except Exception as exc:
+        twin.fail(f"building the twin failed: {exc!r}")
+        report_failure("could not build a twin")
 
 
 def _release_twin(reference: Callable[[], Profiler | None], twin: Twin) -> None:
