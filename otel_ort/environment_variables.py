@@ -15,3 +15,12 @@ OTEL_ORT_PROFILE_MAX_BYTES = "OTEL_ORT_PROFILE_MAX_BYTES"
 
 OTEL_ORT_PROFILE_MODE = "OTEL_ORT_PROFILE_MODE"
 """``twin`` (the default: selected runs execute on a C-API twin of the session) or ``off``."""
+
+OTEL_ORT_PERF_EVENTS = "OTEL_ORT_PERF_EVENTS"
+"""perf counters on profiled runs: ``default`` (task-clock, page-faults, context-switches, and
+cycles, instructions where the CPU has a PMU), ``off``, a comma-separated list such as
+``task-clock,cycles=cyc,r01c2``, or the path of a ``perf_config.json``."""
+
+OTEL_ORT_PERF_PERIOD_NS = "OTEL_ORT_PERF_PERIOD_NS"
+"""Sampling period (ns of CPU time) for hardware counters; default: chosen from the measured
+cost of one sample so that sampling takes about 2% of the run."""

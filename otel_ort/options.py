@@ -12,6 +12,7 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import Span, TracerProvider
 
 from otel_ort import environment_variables as env
+from otel_ort.perf.events import EventSelection, default_event_names, parse_events
 from otel_ort.profiling.store import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
 from otel_ort.sampling import Never, ProfileSampler, parse_sampler
 
@@ -48,6 +49,22 @@ class ProfilingOptions:
     max_files: int = DEFAULT_MAX_FILES
     max_bytes: int = DEFAULT_MAX_BYTES
     mode: str = "twin"
+    perf: PerfOptions | None = field(default_factory=lambda: PerfOptions())  # noqa: PLW0108
+    """``None``: no perf counters."""
+
+
+@dataclass(frozen=True, slots=True)
+class PerfOptions:
+    """Linux perf counters on profiled runs' nodes."""
+
+    events: EventSelection = field(
+        default_factory=lambda: parse_events(default_event_names(has_pmu=True))
+    )
+    explicit: bool = False
+    """The user named the events: each one that cannot be counted is a warning (the defaults'
+    hardware counters are only noted where the machine has no PMU)."""
+    period_ns: int | None = None
+    """Leader sampling period; ``None``: chosen from the measured cost of a sample."""
 
 
 _EXPECTED: dict[str, tuple[type | None, str]] = {
@@ -62,7 +79,10 @@ _PROFILE_KEYS = (
     "profile_max_files",
     "profile_max_bytes",
     "profile_mode",
+    "perf_events",
+    "perf_period_ns",
 )
+_PERF_OFF = ("off", "none", "false", "0")
 
 
 def parse_options(kwargs: Mapping[str, Any]) -> Options:
@@ -116,7 +136,26 @@ def _profiling_options(kwargs: Mapping[str, Any]) -> ProfilingOptions:
         max_bytes=_positive(kwargs, "profile_max_bytes", env.OTEL_ORT_PROFILE_MAX_BYTES)
         or DEFAULT_MAX_BYTES,
         mode=mode,
+        perf=_perf_options(kwargs),
     )
+
+
+def _perf_options(kwargs: Mapping[str, Any]) -> PerfOptions | None:
+    """``perf_events`` (or ``$OTEL_ORT_PERF_EVENTS``): off, the defaults, a list or comma-
+    separated string of events, or a perf_config.json path; and ``perf_period_ns``."""
+    value = _setting(kwargs, "perf_events", env.OTEL_ORT_PERF_EVENTS)
+    if value is False or (isinstance(value, str) and value.strip().lower() in _PERF_OFF):
+        return None
+    period = _positive(kwargs, "perf_period_ns", env.OTEL_ORT_PERF_PERIOD_NS)
+    if value is None or value is True or value == "default":
+        return PerfOptions(period_ns=period)
+    if not isinstance(value, str | os.PathLike | list | tuple):
+        raise TypeError(
+            "OrtInstrumentor.instrument(perf_events=...) must be a list of event names, a "
+            "comma-separated string, a perf_config.json path, True or False, got "
+            f"{_describe(value)}"
+        )
+    return PerfOptions(parse_events(value), explicit=True, period_ns=period)
 
 
 def _setting(kwargs: Mapping[str, Any], key: str, variable: str) -> Any:

@@ -19,7 +19,7 @@ summarised per op type on the run span (``onnxruntime.run.not_emitted.*``).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -83,16 +83,26 @@ class SpanBuilder:
         return spans
 
     def node_spans(
-        self, profile: Profile, run: RunRecord, parent: SpanContext
+        self,
+        profile: Profile,
+        run: RunRecord,
+        parent: SpanContext,
+        extra: Sequence[Mapping[str, AttributeValue]] = (),
     ) -> tuple[list[ReadableSpan], dict[str, AttributeValue]]:
-        """Node and kernel spans under ``parent``, and the run-level summary attributes."""
+        """Node and kernel spans under ``parent``, and the run-level summary attributes.
+        ``extra``: more attributes per node (in ``run.nodes`` order), such as perf counts."""
         with gc_paused():
-            return self._node_spans(profile, run, parent)
+            return self._node_spans(profile, run, parent, extra)
 
     def _node_spans(
-        self, profile: Profile, run: RunRecord, parent: SpanContext
+        self,
+        profile: Profile,
+        run: RunRecord,
+        parent: SpanContext,
+        extra: Sequence[Mapping[str, AttributeValue]],
     ) -> tuple[list[ReadableSpan], dict[str, AttributeValue]]:
         emitted, left_out = self._select(run.nodes)
+        more = {id(node): attributes for node, attributes in zip(run.nodes, extra, strict=False)}
         base = profile.start_ns
         trace_id = parent.trace_id
         new_id = self._ids.generate_span_id
@@ -105,7 +115,9 @@ class SpanBuilder:
                 spans.append(kernel_span)
                 start = min(start, kernel_span.start_time or start)
                 end = max(end, kernel_span.end_time or end)
-            spans.append(self._span(node.name, context, parent, _node_attributes(node), start, end))
+            attributes = _node_attributes(node)
+            attributes.update(more.get(id(node), {}))
+            spans.append(self._span(node.name, context, parent, attributes, start, end))
         for kernel in run.unmatched_kernels:
             spans.append(self._kernel_span(kernel, trace_id, parent, base, True))
         summary: dict[str, AttributeValue] = {

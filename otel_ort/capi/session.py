@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -72,7 +73,12 @@ class CSession:
         self._profiled = False  # a profiled run has completed
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
+        before = _thread_ids()
         self._session = _create_session(api, config)
+        self.thread_ids = tuple(sorted(int(tid) for tid in _thread_ids() - before))
+        """OS ids of the threads ORT started for this session (its intra-op pool): the
+        process's new threads while it was created."""
+        self._calls = threading.local()
         self._release = weakref.finalize(self, _release_session, api, self._session)
         self._release.atexit = False  # ORT may already be tearing down at interpreter exit
         self._run = api.function("Run")
@@ -174,6 +180,11 @@ class CSession:
                 if self._waiting:
                     self._changed.notify_all()
 
+    def last_run_started_ns(self) -> int:
+        """When this thread's last ``run`` called ORT (ns since the epoch): the closest
+        available stand-in for a run-level profile's unrecorded start time."""
+        return int(self._calls.started_ns)
+
     def _wait(self, predicate: Callable[[], bool]) -> None:
         """Wait, holding ``_lock``, until ``predicate()`` holds."""
         self._waiting += 1
@@ -195,6 +206,7 @@ class CSession:
         try:
             for index, (name, array) in enumerate(feeds.items()):
                 self._codec.to_ort(name, array, values + index, keep)
+            self._calls.started_ns = time.time_ns()
             status = self._run(
                 self._session, options, input_c[0], values, count, output_c[0], len(names), outputs
             )
@@ -394,3 +406,7 @@ def _type_string(api: CApi, info: Any) -> str:
 
 def _release_session(api: CApi, session: Any) -> None:
     api.function("ReleaseSession")(session)
+
+
+def _thread_ids() -> set[str]:
+    return set(os.listdir("/proc/self/task"))

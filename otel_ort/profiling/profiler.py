@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import logging
 import os
 import threading
-import time
 import weakref
 from collections import Counter
 from collections.abc import Callable
@@ -40,7 +40,10 @@ from otel_ort.capi import CApi, CSession, OrtError, UnsupportedValue, load_api
 from otel_ort.delivery import SpanDelivery
 from otel_ort.failures import report_failure
 from otel_ort.options import ProfilingOptions
+from otel_ort.perf.counting import Counting, PerfCounters, RawRun
+from otel_ort.perf.report import counter_events, node_attributes, run_attributes
 from otel_ort.profiling.kept import publish_run, read_run
+from otel_ort.profiling.model import Profile
 from otel_ort.profiling.reader import ProfileError
 from otel_ort.profiling.store import (
     ProfileDirError,
@@ -72,6 +75,8 @@ class ProfiledRun:
     start_ns: int
     thread: tuple[int, str]
     """OS thread id and name of the thread that ran it."""
+    counters: RawRun | str | None = None
+    """What perf counted, or why nothing was (``None``: perf counters are off)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +110,8 @@ class Profiler:
                 options.directory or default_profile_dir(), options.max_files, options.max_bytes
             )
         self.worker = Worker("otel-ort-profiler")
+        perf = options.perf
+        self.perf = PerfCounters(perf.events, perf.period_ns, perf.explicit) if perf else None
         self._lock = threading.Lock()
         self._twins: weakref.WeakSet[Twin] = weakref.WeakSet()
         self._api: CApi | None = None
@@ -164,11 +171,14 @@ class Profiler:
         if not self.worker.reserve():  # the conversion's place, so that no profile is lost
             return semconv.SKIP_BACKLOG, f"{self.worker.pending} profiles wait for conversion"
         files = self._store.new_run()
-        start_ns = time.time_ns()
+        counting = self._begin_counting(twin)
         try:
-            outputs = twin.run(
-                feeds, output_names or None, profile_prefix=files.prefix, **arguments
-            )
+            try:
+                outputs, start_ns = twin.run(
+                    feeds, output_names or None, profile_prefix=files.prefix, **arguments
+                )
+            finally:
+                counters = self._end_counting(counting)
         except BaseException as exc:  # ORT's error on the twin: ORT's own run will say it again
             self.worker.release()
             self._discard(files)
@@ -177,7 +187,26 @@ class Profiler:
             reason = semconv.SKIP_VALUE if isinstance(exc, UnsupportedValue) else None
             return reason or semconv.SKIP_TWIN_ERROR, str(exc)
         thread = (threading.get_native_id(), threading.current_thread().name)
-        return Profiled(outputs, ProfiledRun(files, start_ns, thread))
+        return Profiled(outputs, ProfiledRun(files, start_ns, thread, counters))
+
+    def _begin_counting(self, twin: Twin) -> Counting | str | None:
+        """Start perf counting for a run on ``twin``, or why not (``None``: perf is off)."""
+        if self.perf is None:
+            return None
+        if twin.pool is None:
+            return self.perf.unavailable or "the twin's threads are not counted"
+        try:
+            return self.perf.begin(twin.pool)
+        except OSError as exc:
+            return f"perf counting could not start: {exc}"
+
+    def _end_counting(self, counting: Counting | str | None) -> RawRun | str | None:
+        if self.perf is None or not isinstance(counting, Counting):
+            return None if isinstance(counting, Counting) else counting
+        try:
+            return self.perf.end(counting)
+        except OSError as exc:
+            return f"perf counting could not be read: {exc}"
 
     def _serving_twin(
         self, session: Any, feeds: dict[str, Any], output_names: Any
@@ -285,7 +314,10 @@ class Profiler:
             return
         finally:
             remove_files(self._store.written(files))
-        twin.ready(csession)
+        pool = None
+        if self.perf is not None and self.perf.prepare():
+            pool = self.perf.pool(csession.thread_ids)
+        twin.ready(csession, pool)
 
     def _give_up(self, twin: Twin, reason: str, whole_process: bool) -> None:
         twin.fail(reason)
@@ -322,9 +354,12 @@ class Profiler:
         except ProfileError as exc:
             problems.append(str(exc))
             return
+        node_counts: list[dict[str, Any]] = []
+        if run.counters is not None and profile.runs:
+            node_counts = self._perf_counts(span, profile, run.counters, problems)
         if span.is_recording() and profile.runs:
             try:
-                dropped, summary = self._emit(profile, span)
+                dropped, summary = self._emit(profile, span, node_counts)
             except TypeError as exc:  # not the SDK's provider: no spans, the file is still kept
                 problems.append(str(exc))
             else:
@@ -346,7 +381,39 @@ class Profiler:
             self._count("files_deleted", deleted)
             self._deleted_counter.add(deleted)
 
-    def _emit(self, profile: Any, span: Span) -> tuple[int, dict[str, Any]]:
+    def _perf_counts(
+        self, span: Span, profile: Profile, counters: RawRun | str, problems: list[str]
+    ) -> list[dict[str, Any]]:
+        """perf counts: totals on the run span, counter tracks added to the profile's events;
+        returns the node spans' attributes (in node order)."""
+        assert self.perf is not None
+        unavailable = [missing.reason for missing in self.perf.unavailable_events]
+        if isinstance(counters, str):
+            if span.is_recording():
+                span.set_attribute(semconv.PERF_UNAVAILABLE, [*unavailable, counters])
+            return []
+        nodes = profile.runs[0].nodes
+        windows_us = [(node.ts, node.end) for node in nodes]
+        if _overlapping(windows_us):  # the parallel executor: counts per run only
+            windows_us = []
+            unavailable.append("nodes ran concurrently (parallel execution): counts per run only")
+        base = profile.start_ns
+        windows = [(base + int(start * 1000), base + int(end * 1000)) for start, end in windows_us]
+        try:
+            counts = self.perf.attribute(counters, windows)
+        except Exception as exc:
+            problems.append(f"attributing perf counts failed: {exc!r}")
+            report_failure("could not attribute perf counts")
+            return []
+        if span.is_recording():
+            span.set_attributes(run_attributes(counts, unavailable))
+        pid = next((e["pid"] for e in profile.events if isinstance(e, dict) and "pid" in e), 0)
+        profile.events.extend(counter_events(counts, windows_us, pid))
+        return node_attributes(counts) if windows else []
+
+    def _emit(
+        self, profile: Any, span: Span, node_counts: list[dict[str, Any]]
+    ) -> tuple[int, dict[str, Any]]:
         """Node and kernel spans under the live run span; (dropped, run summary)."""
         provider = self._provider()
         if self._delivery is None or self._delivery[0] is not provider:
@@ -357,7 +424,9 @@ class Profiler:
                 )
             self._delivery = (provider, SpanBuilder(provider), SpanDelivery(provider))
         _, builder, delivery = self._delivery
-        spans, summary = builder.node_spans(profile, profile.runs[0], span.get_span_context())
+        spans, summary = builder.node_spans(
+            profile, profile.runs[0], span.get_span_context(), node_counts
+        )
         return delivery.deliver(spans), summary
 
     # -- housekeeping -----------------------------------------------------------------------
@@ -405,6 +474,8 @@ class Profiler:
         self._flush_provider()
         for twin in list(self._twins):
             twin.close()
+        if self.perf is not None:
+            self.perf.close()
 
     def _after_fork_in_child(self) -> None:
         self.worker.reset_after_fork()
@@ -415,6 +486,13 @@ class Profiler:
         for twin in list(self._twins):
             twin.close()  # abandoned: see Twin.close
         self._twins = weakref.WeakSet()
+        if self.perf is not None:
+            self.perf.after_fork_in_child()
+
+
+def _overlapping(windows: list[tuple[float, float]]) -> bool:
+    ordered = sorted(windows)
+    return any(start < end - 1 for (_, end), (start, _) in itertools.pairwise(ordered))
 
 
 def _end(span: Span, end_ns: int, problem: str) -> None:

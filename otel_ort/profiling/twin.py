@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_ort.capi import CSession, SessionConfig
+from otel_ort.perf.counting import Pool
 from otel_ort.profiling.recorded_options import (
     created_while_recording,
     recorded_calls,
@@ -142,6 +143,8 @@ class Twin:
     state: str = "building"
     reason: str = ""
     session: CSession | None = None
+    pool: Pool | None = None
+    """perf groups on the twin's intra-op threads, when perf counters are on."""
     _in_flight: int = 0
     _condition: threading.Condition = field(default_factory=threading.Condition)
 
@@ -153,13 +156,16 @@ class Twin:
             and self.providers_list is getattr(session, "_providers", None)
         )
 
-    def ready(self, csession: CSession) -> bool:
-        """Start serving ``csession``; ``False`` (and ``csession`` closed) if already closed."""
+    def ready(self, csession: CSession, pool: Pool | None) -> bool:
+        """Start serving ``csession`` (``pool``: perf groups on its threads); ``False`` (and
+        both closed) if already closed."""
         with self._condition:
             if self.state != "closed":
-                self.session, self.state = csession, "ready"
+                self.session, self.pool, self.state = csession, pool, "ready"
                 return True
         csession.close()
+        if pool is not None:
+            pool.close()
         return False
 
     def fail(self, reason: str) -> None:
@@ -167,15 +173,19 @@ class Twin:
             if self.state != "closed":
                 self.state, self.reason = "failed", reason
 
-    def run(self, feeds: Mapping[str, Any], output_names: Any, **arguments: Any) -> list[Any]:
-        """``CSession.run`` on the twin; ``RuntimeError`` if it is not ready."""
+    def run(
+        self, feeds: Mapping[str, Any], output_names: Any, **arguments: Any
+    ) -> tuple[list[Any], int]:
+        """``CSession.run`` on the twin: its outputs, and when it called ORT (ns since the
+        epoch); ``RuntimeError`` if it is not ready."""
         with self._condition:
             csession = self.session
             if csession is None:
                 raise RuntimeError(f"the twin is {self.state}")
             self._in_flight += 1
         try:
-            return csession.run(feeds, output_names, **arguments)
+            outputs = csession.run(feeds, output_names, **arguments)
+            return outputs, csession.last_run_started_ns()
         finally:
             with self._condition:
                 self._in_flight -= 1
@@ -189,10 +199,15 @@ class Twin:
         if self.pid != os.getpid():
             if self.session is not None:
                 self.session.abandon()
-            self.session, self.state = None, "closed"
+            if self.pool is not None:
+                self.pool.close()  # our copies of the parent's fds
+            self.session, self.pool, self.state = None, None, "closed"
             return
         with self._condition:
             self._condition.wait_for(lambda: self._in_flight == 0)
             csession, self.session, self.state = self.session, None, "closed"
+            pool, self.pool = self.pool, None
         if csession is not None:
             csession.close()
+        if pool is not None:
+            pool.close()

@@ -1,0 +1,1 @@
+"""Linux perf_event counters attributed to ONNX Runtime nodes."""

@@ -1,0 +1,213 @@
+"""Counts per node from what each thread's events recorded during one run.
+
+Per thread, the switch records give the exact on-CPU intervals inside the counting window;
+then, for a node's window ``[a, b)`` (from ORT's profile, on the same CLOCK_REALTIME):
+
+- ``time`` events (task-clock): on-CPU time inside the window, exact;
+- ``context-switches``: switch-out records inside the window, exact;
+- ``sparse`` events (faults, migrations; sampled at period 1): samples inside the window, exact
+  unless the kernel lost or throttled samples, which shows as ``unattributed``;
+- ``dense`` events (hardware counters, cpu-clock): the group's values at the start, at each
+  leader sample and at the end, interpolated linearly in on-CPU time; for a multiplexed group
+  each step is scaled by its Δenabled/Δrunning, and a step that never ran is unknown (NaN).
+
+Node values sum over the run's threads. Run totals are the exact reads at start and end
+(scaled for dense events); ``between`` is what fell outside every node window.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from otel_ort.perf.records import ThreadRecords
+
+Array = npt.NDArray[np.float64]
+CONTEXT_SWITCHES = "context-switches"
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """A group read: time enabled, time running, raw values by event id."""
+
+    enabled: int
+    running: int
+    values: Mapping[int, int]
+
+
+@dataclass(slots=True)
+class ThreadRun:
+    """What one thread's events gave for one run."""
+
+    tid: int
+    window: tuple[int, int]
+    """When its events were enabled and disabled (ns, CLOCK_REALTIME)."""
+    before: Read
+    after: Read
+    records: ThreadRecords
+    ids: Mapping[str, int]
+    """Event id of each counted alias on this thread (the time alias is the leader)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """How each alias is counted: by its kind (``time``, ``sparse``, ``dense``, or
+    ``switches`` for context switches taken from switch records)."""
+
+    kinds: Mapping[str, str]
+    time_alias: str
+
+
+@dataclass(slots=True)
+class Attribution:
+    nodes: list[dict[str, float]]
+    """Per node (in the order given), value per alias."""
+    threads: list[dict[int, dict[str, float]]]
+    """Per node, per thread that was on a CPU during it: value per alias."""
+    totals: dict[str, float] = field(default_factory=dict)
+    between: dict[str, float] = field(default_factory=dict)
+    unattributed: dict[str, float] = field(default_factory=dict)
+    scaling: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Dense aliases: (Δenabled, Δrunning) summed over the threads (multiplexed: unequal)."""
+
+
+def attribute(
+    runs: Sequence[ThreadRun], windows: Sequence[tuple[int, int]], counted: Counted
+) -> Attribution:
+    """Per-node values for ``windows`` (ns ``(start, end)``; not overlapping) from ``runs``."""
+    starts = np.array([w[0] for w in windows], dtype=np.float64)
+    ends = np.array([w[1] for w in windows], dtype=np.float64)
+    result = Attribution([{} for _ in windows], [{} for _ in windows])
+    for run in runs:
+        on_cpu = _OnCpu(run, run.ids[counted.time_alias])
+        per_node = _thread_values(run, on_cpu, starts, ends, counted, result)
+        node_time = per_node[counted.time_alias]
+        for index in np.flatnonzero(node_time > 0).tolist():
+            result.threads[index][run.tid] = {a: float(v[index]) for a, v in per_node.items()}
+        for alias, array in per_node.items():
+            for node, value in zip(result.nodes, array.tolist(), strict=True):
+                node[alias] = node.get(alias, 0.0) + value
+    return result
+
+
+def _thread_values(
+    run: ThreadRun,
+    on_cpu: _OnCpu,
+    starts: Array,
+    ends: Array,
+    counted: Counted,
+    result: Attribution,
+) -> dict[str, Array]:
+    """One thread's value per node for each alias; adds its totals to ``result``."""
+    out: dict[str, Array] = {}
+    recorded: dict[str, float] = {}
+    for alias, kind in counted.kinds.items():
+        if kind == "time":
+            out[alias] = on_cpu.at(ends) - on_cpu.at(starts)
+            recorded[alias] = on_cpu.total
+            total = float(_delta(run, run.ids[alias]))
+        elif kind == "switches":
+            times = np.array([t for t, out_ in run.records.switches if out_], dtype=np.float64)
+            out[alias] = _counts_in(times, starts, ends, run.window)
+            recorded[alias] = total = float(len(_inside(times, run.window)))
+        elif kind == "sparse":
+            event = run.ids[alias]
+            times = np.array(run.records.events.get(event, ()), dtype=np.float64)
+            out[alias] = _counts_in(times, starts, ends, run.window)
+            recorded[alias] = float(len(_inside(times, run.window)))
+            total = float(_delta(run, event))
+            _add(result.unattributed, alias, total - recorded[alias])
+        else:
+            series = _dense_series(run, run.ids[alias], run.ids[counted.time_alias])
+            positions, values, unknown, scale = series
+            low, high = on_cpu.at(starts), on_cpu.at(ends)
+            known = np.interp(high, positions, unknown) == np.interp(low, positions, unknown)
+            delta = np.interp(high, positions, values) - np.interp(low, positions, values)
+            out[alias] = np.where(known, delta, math.nan)
+            recorded[alias] = total = float(values[-1]) if unknown[-1] == 0 else math.nan
+            if scale is not None:
+                enabled, running = result.scaling.get(alias, (0, 0))
+                result.scaling[alias] = (enabled + scale[0], running + scale[1])
+        _add(result.totals, alias, total)
+        _add(result.between, alias, recorded[alias] - float(out[alias].sum()))
+    return out
+
+
+class _OnCpu:
+    """A thread's on-CPU intervals inside its window, from its switch records."""
+
+    def __init__(self, run: ThreadRun, leader: int) -> None:
+        begin, end = run.window
+        switches = sorted(run.records.switches)
+        # on a CPU when counting began if its first switch is out; with no switch at all, on a
+        # CPU throughout or never
+        on = switches[0][1] if switches else _delta(run, leader) > (end - begin) / 2
+        edges: list[float] = []
+        since = float(begin)
+        for when, out in switches:
+            time = float(min(max(when, begin), end))
+            if out and on:
+                edges += (since, time)
+            since, on = time, not out
+        if on:
+            edges += (since, float(end))
+        pairs = np.array(edges, dtype=np.float64).reshape(-1, 2)
+        self.starts = pairs[:, 0]
+        self.lengths = pairs[:, 1] - pairs[:, 0]
+        self.before = np.concatenate(([0.0], np.cumsum(self.lengths)))
+        self.total = float(self.before[-1])
+
+    def at(self, times: Array) -> Array:
+        """On-CPU time from the window's start up to each of ``times``."""
+        if not len(self.starts):
+            return np.zeros_like(times)
+        index = np.maximum(np.searchsorted(self.starts, times, side="right") - 1, 0)
+        inside = np.clip(times - self.starts[index], 0, self.lengths[index])
+        return np.where(times >= self.starts[0], self.before[index] + inside, 0.0)
+
+
+def _dense_series(
+    run: ThreadRun, event: int, leader: int
+) -> tuple[Array, Array, Array, tuple[int, int] | None]:
+    """At the start, each leader sample and the end: on-CPU position, scaled cumulative value,
+    and how many steps so far were unknown (the group never ran); (Δenabled, Δrunning)."""
+    reads = [run.before, *(Read(s.enabled, s.running, s.values) for s in run.records.group_samples)]
+    reads.append(run.after)
+    positions, values, unknown = [0.0], [0.0], [0]
+    for first, second in itertools.pairwise(reads):
+        if event not in second.values or leader not in second.values:
+            continue
+        enabled = second.enabled - first.enabled
+        running = second.running - first.running
+        step = second.values[event] - first.values[event]
+        positions.append(float(second.values[leader] - run.before.values[leader]))
+        never_ran = enabled > 0 and running == 0  # the thread ran, its group did not
+        values.append(values[-1] + (step * enabled / running if running else 0.0))
+        unknown.append(unknown[-1] + never_ran)
+    enabled = run.after.enabled - run.before.enabled
+    running = run.after.running - run.before.running
+    scale = (enabled, running) if enabled else None
+    return np.array(positions), np.array(values), np.array(unknown, dtype=np.float64), scale
+
+
+def _counts_in(times: Array, starts: Array, ends: Array, window: tuple[int, int]) -> Array:
+    times = np.sort(_inside(times, window))
+    counts = np.searchsorted(times, ends, side="left") - np.searchsorted(times, starts, "left")
+    return counts.astype(np.float64)
+
+
+def _inside(times: Array, window: tuple[int, int]) -> Array:
+    return times[(times >= window[0]) & (times <= window[1])]
+
+
+def _delta(run: ThreadRun, event: int) -> int:
+    return run.after.values.get(event, 0) - run.before.values.get(event, 0)
+
+
+def _add(into: dict[str, float], alias: str, value: float) -> None:
+    into[alias] = into.get(alias, 0.0) + value

@@ -1,0 +1,190 @@
+"""The Linux perf_event_open interface through cffi (ABI mode): attributes, fds, ring buffers.
+
+Only what otel-ort uses: per-thread events (``pid`` = a thread id, ``cpu`` = -1), groups led by
+one event, sample records redirected into the leader's ring buffer, group reads. Layouts and
+numbers are those of ``linux/perf_event.h`` (stable kernel ABI); see FACTS.md.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import platform
+import struct
+from dataclasses import dataclass
+
+import cffi  # type: ignore[import-untyped,unused-ignore]  # no stubs in the dev env
+
+ffi = cffi.FFI()
+ffi.cdef(
+    """
+    long syscall(long number, ...);
+    int ioctl(int fd, unsigned long request, ...);
+    """
+)
+_libc = ffi.dlopen(None)
+
+_SYSCALL = {"x86_64": 298, "aarch64": 241}.get(platform.machine())
+_FLAG_FD_CLOEXEC = 8
+
+TYPE_SOFTWARE = 1
+SW_TASK_CLOCK = 1
+SW_DUMMY = 9
+
+ATTR_SIZE = 136
+# struct perf_event_attr: (offset, format) of the fields set here
+_TYPE, _SIZE, _CONFIG, _PERIOD, _SAMPLE_TYPE, _READ_FORMAT, _FLAGS = (
+    (0, "I"), (4, "I"), (8, "Q"), (16, "Q"), (24, "Q"), (32, "Q"), (40, "Q"),
+)  # fmt: skip
+_CONFIG1, _CONFIG2, _CLOCKID = (56, "Q"), (64, "Q"), (92, "i")
+
+# attr flag bits
+DISABLED = 1 << 0
+EXCLUDE_KERNEL = 1 << 5
+EXCLUDE_HV = 1 << 6
+SAMPLE_ID_ALL = 1 << 18
+USE_CLOCKID = 1 << 25
+CONTEXT_SWITCH = 1 << 26
+
+# sample_type bits
+SAMPLE_TID = 1 << 1
+SAMPLE_TIME = 1 << 2
+SAMPLE_READ = 1 << 4
+SAMPLE_IDENTIFIER = 1 << 16
+
+# read_format bits
+READ_TIMES = 1 | 2  # TOTAL_TIME_ENABLED | TOTAL_TIME_RUNNING
+READ_ID = 4
+READ_GROUP = 8
+GROUP_READ_FORMAT = READ_TIMES | READ_ID | READ_GROUP
+
+CLOCK_REALTIME = 0
+
+IOC_ENABLE = 0x2400
+IOC_DISABLE = 0x2401
+IOC_RESET = 0x2403
+IOC_SET_OUTPUT = 0x2405
+IOC_ID = 0x80082407
+
+_MAX_RECORD = 512
+"""Bytes: more than any record otel-ort's events write."""
+
+# mmap'ed control page
+_DATA_HEAD, _DATA_TAIL, _DATA_OFFSET, _DATA_SIZE = 1024, 1032, 1040, 1048
+
+
+class PerfOpenError(OSError):
+    """``perf_event_open`` refused an event; ``errno`` says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Attr:
+    """The ``perf_event_attr`` fields otel-ort sets; everything else is zero."""
+
+    type: int
+    config: int
+    config1: int = 0
+    config2: int = 0
+    sample_period: int = 0
+    sample_type: int = 0
+    read_format: int = 0
+    flags: int = 0
+
+    def pack(self) -> bytearray:
+        buffer = bytearray(ATTR_SIZE)
+        for (offset, fmt), value in (
+            (_TYPE, self.type),
+            (_SIZE, ATTR_SIZE),
+            (_CONFIG, self.config),
+            (_PERIOD, self.sample_period),
+            (_SAMPLE_TYPE, self.sample_type),
+            (_READ_FORMAT, self.read_format),
+            (_FLAGS, self.flags | USE_CLOCKID),
+            (_CONFIG1, self.config1),
+            (_CONFIG2, self.config2),
+            (_CLOCKID, CLOCK_REALTIME),
+        ):
+            struct.pack_into(fmt, buffer, offset, value)
+        return buffer
+
+
+def perf_event_open(attr: Attr, tid: int, group_fd: int = -1) -> int:
+    """Open ``attr`` on thread ``tid`` (any CPU); the fd is close-on-exec."""
+    if _SYSCALL is None:
+        raise PerfOpenError(
+            errno.ENOSYS, f"perf_event_open: unsupported machine {platform.machine()}"
+        )
+    buffer = attr.pack()
+    fd = _libc.syscall(
+        _SYSCALL,
+        ffi.cast("void *", ffi.from_buffer(buffer)),
+        ffi.cast("int", tid),
+        ffi.cast("int", -1),
+        ffi.cast("int", group_fd),
+        ffi.cast("unsigned long", _FLAG_FD_CLOEXEC),
+    )
+    if fd < 0:
+        code = ffi.errno
+        raise PerfOpenError(code, os.strerror(code))
+    return int(fd)
+
+
+def ioctl(fd: int, request: int, argument: int = 0) -> None:
+    if (
+        _libc.ioctl(
+            ffi.cast("int", fd), ffi.cast("unsigned long", request), ffi.cast("long", argument)
+        )
+        < 0
+    ):
+        code = ffi.errno
+        raise OSError(code, f"perf ioctl {request:#x}: {os.strerror(code)}")
+
+
+def event_id(fd: int) -> int:
+    """The kernel's id of the event behind ``fd`` (what group reads and samples name)."""
+    out = ffi.new("uint64_t *")
+    if _libc.ioctl(ffi.cast("int", fd), ffi.cast("unsigned long", IOC_ID), out) < 0:
+        code = ffi.errno
+        raise OSError(code, f"PERF_EVENT_IOC_ID: {os.strerror(code)}")
+    return int(out[0])
+
+
+def read_group(fd: int, members: int) -> tuple[int, int, dict[int, int]]:
+    """A group read through its leader: (time_enabled, time_running, {event id: value})."""
+    size = 8 * (3 + 2 * members)
+    data = os.read(fd, size)
+    nr, enabled, running = struct.unpack_from("QQQ", data)
+    values = struct.unpack_from(f"{2 * nr}Q", data, 24)
+    return enabled, running, {values[i + 1]: values[i] for i in range(0, 2 * nr, 2)}
+
+
+class Ring:
+    """A perf ring buffer: ``1 + pages`` pages mapped from a leader's fd."""
+
+    def __init__(self, fd: int, pages: int) -> None:
+        self._page = mmap.PAGESIZE
+        self._map = mmap.mmap(
+            fd, (1 + pages) * self._page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
+        )
+        self.size = pages * self._page
+        self.filled = False
+        """The last ``take`` found the ring (nearly) full: records after that were dropped."""
+
+    def take(self) -> bytes:
+        """The records written since the last call (events must be disabled), and free them."""
+        head, tail = struct.unpack_from("QQ", self._map, _DATA_HEAD)
+        self.filled = head - tail > self.size - _MAX_RECORD
+        offset = struct.unpack_from("Q", self._map, _DATA_OFFSET)[0] or self._page
+        start, end = offset + tail % self.size, offset + head % self.size
+        if head - tail >= self.size:  # the kernel does not overwrite: a full ring wraps exactly
+            data = self._map[start : offset + self.size] + self._map[offset:start]
+        elif end >= start:
+            data = self._map[start:end]
+        else:
+            data = self._map[start : offset + self.size] + self._map[offset:end]
+        struct.pack_into("Q", self._map, _DATA_TAIL, head)
+        return data
+
+    def close(self) -> None:
+        self._map.close()

@@ -1,0 +1,188 @@
+"""What this machine lets otel-ort count, checked once on the calling thread.
+
+- whether perf_event_open works at all, and whether kernel-mode counting is allowed
+  (``kernel.perf_event_paranoid`` >= 2 without CAP_PERFMON needs ``exclude_kernel``);
+- which requested events open, and why not for the others;
+- the kernel quirk seen on these VMs (FACTS.md): after a disable/enable cycle, do members still
+  count when the leader alone is toggled?
+- the cost of one leader sample, from which the default sampling period is chosen.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import threading
+import time
+from dataclasses import dataclass
+
+from otel_ort.perf import kernel
+from otel_ort.perf.events import EventSpec, Unavailable
+from otel_ort.perf.group import ThreadGroup
+from otel_ort.perf.records import parse
+
+TIME_ALIAS_DEFAULT = "task-clock"
+RING_PAGES = 64
+"""Data pages per thread (256 KiB with 4 KiB pages): about 8,000 records per run."""
+_SAMPLE_BUDGET = 0.02
+"""Target share of CPU time spent taking samples, for the default period."""
+_PERIOD_BOUNDS_NS = (100_000, 10_000_000)
+_KERNEL_MODE_EVENTS = {(kernel.TYPE_SOFTWARE, 4)}
+"""cpu-migrations: counted from kernel context, so ``exclude_kernel`` leaves it at 0."""
+
+
+class PerfUnavailable(Exception):
+    """perf cannot count anything here; the message says why and what to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How every thread's group is opened."""
+
+    members: tuple[EventSpec, ...]
+    unavailable: tuple[Unavailable, ...]
+    exclude_kernel: bool
+    period_ns: int
+    """Leader sampling period; 0 when no dense event is counted (none is needed)."""
+    sample_cost_ns: float | None
+
+
+def make_plan(
+    events: tuple[EventSpec, ...], unavailable: tuple[Unavailable, ...], period_ns: int | None
+) -> Plan:
+    """Probe ``events`` on this thread; ``period_ns`` ``None`` picks the default period."""
+    tid = threading.get_native_id()
+    exclude_kernel = _needs_exclude_kernel(tid)
+    members: list[EventSpec] = []
+    problems = list(unavailable)
+    for spec in events:
+        if spec.kind == "time" or from_switch_records(spec):
+            continue
+        if exclude_kernel and (spec.type, spec.config) in _KERNEL_MODE_EVENTS:
+            problems.append(
+                Unavailable(
+                    spec.name,
+                    spec.alias,
+                    f"{spec.name} is counted in kernel mode, which this process may not count "
+                    "(kernel.perf_event_paranoid >= 2 without CAP_PERFMON)",
+                )
+            )
+            continue
+        try:
+            ThreadGroup(
+                tid, "probe", (spec,), period_ns=0, exclude_kernel=exclude_kernel, pages=1
+            ).close()
+        except OSError as exc:
+            problems.append(Unavailable(spec.name, spec.alias, event_problem(spec.name, exc)))
+        else:
+            members.append(spec)
+    _check_leader_toggle(tid, exclude_kernel)
+    dense = any(spec.kind == "dense" for spec in members)
+    cost = _sample_cost_ns(tid, exclude_kernel) if dense and period_ns is None else None
+    if not dense:
+        period = 0
+    elif period_ns is not None:
+        period = period_ns
+    else:
+        assert cost is not None
+        low, high = _PERIOD_BOUNDS_NS
+        period = int(min(max(cost / _SAMPLE_BUDGET, low), high))
+    return Plan(tuple(members), tuple(problems), exclude_kernel, period, cost)
+
+
+def from_switch_records(spec: EventSpec) -> bool:
+    """Context switches are counted from the leader's switch records: exact, and kernel-mode
+    counting (which ``exclude_kernel`` forbids) is not needed."""
+    return (spec.type, spec.config) == (kernel.TYPE_SOFTWARE, 3)
+
+
+def event_problem(name: str, exc: OSError) -> str:
+    """Why ``name`` cannot be counted, from perf_event_open's errno, with what to change."""
+    code = exc.errno
+    if code in (errno.EACCES, errno.EPERM):
+        return (
+            f"{name}: permission denied ({exc.strerror}); allow it with "
+            "`sysctl kernel.perf_event_paranoid=2` (or lower) or give the process CAP_PERFMON; "
+            "in a container, the seccomp profile must allow perf_event_open"
+        )
+    if code == errno.ENOENT:
+        return f"{name}: this machine has no PMU that counts it (a VM without a virtual PMU?)"
+    if code == errno.ENOSYS:
+        return f"{name}: perf_event_open is not available ({exc.strerror})"
+    if code == errno.EOPNOTSUPP:
+        return f"{name}: not supported by this CPU or kernel ({exc.strerror})"
+    if code == errno.EINVAL:
+        return f"{name}: the kernel rejected its encoding ({exc.strerror})"
+    return f"{name}: {exc.strerror or exc}"
+
+
+def _needs_exclude_kernel(tid: int) -> bool:
+    """``False`` if kernel-mode counting is allowed; raise ``PerfUnavailable`` if nothing is."""
+    for exclude_kernel in (False, True):
+        try:
+            ThreadGroup(
+                tid, "probe", (), period_ns=0, exclude_kernel=exclude_kernel, pages=1
+            ).close()
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM) and not exclude_kernel:
+                continue
+            raise PerfUnavailable(event_problem("task-clock", exc)) from exc
+        return exclude_kernel
+    raise AssertionError("unreachable")
+
+
+def _check_leader_toggle(tid: int, exclude_kernel: bool) -> None:
+    """Members must count again after the leader is disabled and re-enabled."""
+    faults = EventSpec("page-faults", "page-faults", kernel.TYPE_SOFTWARE, 2, kind="dense")
+    group = ThreadGroup(
+        tid, "probe", (faults,), period_ns=0, exclude_kernel=exclude_kernel, pages=1
+    )
+    try:
+        deltas = []
+        for _ in range(2):
+            before = group.read().values[group.ids["page-faults"]]
+            group.enable()
+            _touch_pages()
+            group.disable()
+            deltas.append(group.read().values[group.ids["page-faults"]] - before)
+    finally:
+        group.close()
+    if deltas[1] <= 0:
+        raise PerfUnavailable(
+            "kernel quirk: a group's members stopped counting after its leader was disabled "
+            f"and enabled again (page faults per cycle: {deltas}); counters would read 0"
+        )
+
+
+def _touch_pages() -> None:
+    with mmap.mmap(-1, 64 * mmap.PAGESIZE) as memory:
+        for offset in range(0, len(memory), mmap.PAGESIZE):
+            memory[offset] = 1
+
+
+def _sample_cost_ns(tid: int, exclude_kernel: bool) -> float:
+    """CPU time one leader sample costs this thread: the same busy loop without and with a
+    sample every 100 µs, the fastest of three each."""
+    period = 100_000
+    plain = min(_busy_ns() for _ in range(3))
+    group = ThreadGroup(tid, "probe", (), period_ns=period, exclude_kernel=exclude_kernel, pages=16)
+    try:
+        sampled, samples = [], []
+        for _ in range(3):
+            group.enable()
+            sampled.append(_busy_ns())
+            group.disable()
+            samples.append(len(parse(group.take()[0], group.ids["probe"]).group_samples))
+    finally:
+        group.close()
+    fastest = min(range(3), key=sampled.__getitem__)
+    return max(sampled[fastest] - plain, 0) / max(samples[fastest], 1)
+
+
+def _busy_ns() -> int:
+    """CPU time of a fixed ~20 ms loop."""
+    started = time.thread_time_ns()
+    total = 0
+    for value in range(600_000):
+        total += value
+    return time.thread_time_ns() - started
