@@ -28,10 +28,11 @@ unit: $(STAMP)  ## fast stage, part 2: in-process tests (seconds)
 e2e: $(STAMP)  ## slow end-to-end stage: subprocesses, opentelemetry-instrument, OTLP over sockets
 	$(BIN)/pytest -m e2e -q
 
-bench: $(STAMP)  ## run overhead; profile → spans speed (each against its baseline, same run)
+bench: $(STAMP)  ## run overhead; profile → spans speed; perf counting overhead (each against its baseline, same run)
 	$(BIN)/python -m bench.run_overhead
 	$(BIN)/python -m bench.profile_spans
 	$(BIN)/python -m bench.profile_overhead
+	$(BIN)/python -m bench.perf_overhead
 
 clean:
 	rm -rf $(VENV) otel-ort-demo .pytest_cache .mypy_cache .ruff_cache

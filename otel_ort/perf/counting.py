@@ -94,18 +94,18 @@ class PerfCounters:
         if self._plan is not None or self.unavailable:
             return self._plan is not None
         try:
-            self._plan = plan = probe.make_plan(
+            self._plan = probe.make_plan(
                 self._selection.events, self._selection.unavailable, self._period_ns
             )
         except (probe.PerfUnavailable, OSError) as exc:
             self.unavailable = str(exc)
             _logger.warning("otel-ort: perf counters are off: %s", exc)
             return False
-        for missing in plan.unavailable:
+        for line in self.unavailable_events:
             if self._explicit:
-                _logger.warning("otel-ort: perf event not counted: %s", missing.reason)
+                _logger.warning("otel-ort: perf event not counted: %s", line)
             else:
-                _logger.info("otel-ort: default perf event not counted: %s", missing.reason)
+                _logger.info("otel-ort: default perf event not counted: %s", line)
         return True
 
     def pool(self, tids: Iterable[int]) -> Pool:
@@ -146,8 +146,10 @@ class PerfCounters:
         )
 
     @property
-    def unavailable_events(self) -> tuple[Unavailable, ...]:
-        return self._plan.unavailable if self._plan is not None else ()
+    def unavailable_events(self) -> list[str]:
+        """One line per requested event that is not counted: its alias, name and why."""
+        missing = self._plan.unavailable if self._plan is not None else ()
+        return [_line(event) for event in missing]
 
     # -- request thread -------------------------------------------------------------------
 
@@ -223,3 +225,7 @@ class PerfCounters:
         the fds)."""
         self._lock = threading.Lock()
         self.close()
+
+
+def _line(event: Unavailable) -> str:
+    return event.reason if event.alias == event.name else f"{event.alias} = {event.reason}"

@@ -387,7 +387,7 @@ class Profiler:
         """perf counts: totals on the run span, counter tracks added to the profile's events;
         returns the node spans' attributes (in node order)."""
         assert self.perf is not None
-        unavailable = [missing.reason for missing in self.perf.unavailable_events]
+        unavailable = self.perf.unavailable_events
         if isinstance(counters, str):
             if span.is_recording():
                 span.set_attribute(semconv.PERF_UNAVAILABLE, [*unavailable, counters])

@@ -1,0 +1,346 @@
+"""perf counters per node: real perf_event_open on real ORT sessions, real profiles.
+
+Where the machine lacks something (a PMU for ``cycles``), the test checks the error path
+instead: a clear warning, the run still profiled, the other counters complete.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from otel_ort import flush_profiles, profile_next_run, semconv
+from otel_ort.capi import CSession, SessionConfig
+from otel_ort.perf import kernel
+from otel_ort.perf.attribution import Counted, Read, ThreadRun, attribute
+from otel_ort.perf.counting import PerfCounters, Pool, RawRun, RunCounts
+from otel_ort.perf.events import parse_events
+from otel_ort.perf.probe import event_problem
+from otel_ort.perf.records import GroupSample, ThreadRecords, parse
+from otel_ort.profiling.reader import read_profile
+from tests.conftest import Telemetry, attrs, instrumentation
+from tests.perf_models import add_chain, branches, matmul_chain
+
+CPU = ["CPUExecutionProvider"]
+FIXTURE_CONFIG = Path(__file__).parent / "data" / "perf_config.json"
+
+
+class Counter:
+    """A C-API session counted with ``events``: one profiled, counted run at a time."""
+
+    def __init__(
+        self,
+        model: bytes,
+        shape: tuple[int, ...],
+        events: list[str],
+        directory: Path,
+        **config: Any,
+    ) -> None:
+        self.session = CSession(SessionConfig(model, **config))
+        self.shape = shape
+        self.counters = PerfCounters(parse_events(events), 100_000, True)
+        assert self.counters.prepare(), self.counters.unavailable
+        self.pool: Pool = self.counters.pool(self.session.thread_ids)
+        self.directory = directory
+        self.runs = 0
+        self.run({"x": self.feed()})  # priming: the first profiled run of a session runs alone
+
+    def feed(self) -> np.ndarray:
+        return np.random.default_rng(1).random(self.shape, dtype=np.float32)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> tuple[Any, list[tuple[int, int]], RawRun]:
+        self.runs += 1
+        prefix = str(self.directory / f"run{self.runs}")
+        counting = self.counters.begin(self.pool)
+        assert not isinstance(counting, str), counting
+        try:
+            self.session.run(feeds, profile_prefix=prefix)
+        finally:
+            raw = self.counters.end(counting)
+        start = self.session.last_run_started_ns()
+        profile = read_profile(next(self.directory.glob(f"run{self.runs}_*.json")), start)
+        nodes = profile.runs[0].nodes
+        windows = [(start + int(n.ts * 1000), start + int(n.end * 1000)) for n in nodes]
+        return nodes, windows, raw
+
+    def counted(self) -> tuple[Any, list[tuple[int, int]], RawRun, RunCounts]:
+        nodes, windows, raw = self.run({"x": self.feed()})
+        return nodes, windows, raw, self.counters.attribute(raw, windows)
+
+    def close(self) -> None:
+        self.pool.close()
+        self.counters.close()
+        self.session.close()
+
+
+@pytest.fixture
+def counter_factory(tmp_path: Path) -> Iterator[Any]:
+    made: list[Counter] = []
+
+    def make(model: bytes, shape: tuple[int, ...], events: list[str], **config: Any) -> Counter:
+        made.append(Counter(model, shape, events, tmp_path, **config))
+        return made[-1]
+
+    yield make
+    for counter in made:
+        counter.close()
+
+
+def cpu_ns_from_switches(raw: RawRun, window: tuple[int, int]) -> float:
+    """On-CPU time of every counted thread inside ``window``, straight from the switch
+    records (a second, plain implementation of what the attribution computes)."""
+    total = 0.0
+    for _, (begin, end), before, after, data, _, ids in raw.threads:
+        switches = sorted(parse(data, ids["task-clock"]).switches)
+        leader = ids["task-clock"]
+        running = after.values[leader] - before.values[leader]
+        on = switches[0][1] if switches else running > (end - begin) / 2
+        since = begin
+        for time, out in [*switches, (end, None)]:
+            when = min(max(time, begin), end)
+            if on:
+                total += max(0, min(when, window[1]) - max(since, window[0]))
+            if out is not None:
+                on = not out
+            since = when
+    return total
+
+
+def test_node_cpu_time_adds_up_and_matches_the_switch_records(counter_factory: Any) -> None:
+    counter = counter_factory(
+        matmul_chain(),
+        (512, 512),
+        ["task-clock", "context-switches", "cpu-clock"],
+        intra_op_num_threads=2,
+    )
+    for _ in range(3):
+        nodes, windows, raw, counts = counter.counted()
+        result = counts.attribution
+        assert len(nodes) == 8 and not counts.problems
+        per_node = [values["task-clock"] for values in result.nodes]
+        total = result.totals["task-clock"]  # the exact reads at start and end
+        assert abs(sum(per_node) + result.between["task-clock"] - total) <= 0.02 * total
+        assert result.between["task-clock"] > 0  # reported, never hidden
+        for value, window in zip(per_node, windows, strict=True):
+            assert value == pytest.approx(cpu_ns_from_switches(raw, window), rel=0.01)
+        # cpu-clock is sampled (every 100 µs) and interpolated: close to the exact value
+        for values in result.nodes:
+            assert values["cpu-clock"] == pytest.approx(values["task-clock"], rel=0.05)
+
+
+def test_a_node_on_one_thread_uses_about_its_wall_time(counter_factory: Any) -> None:
+    counter = counter_factory(matmul_chain(), (512, 512), ["task-clock"], intra_op_num_threads=1)
+    nodes, _, _, counts = counter.counted()
+    for node, values in zip(nodes, counts.attribution.nodes, strict=True):
+        wall_ns = node.dur * 1000
+        assert 0.7 * wall_ns <= values["task-clock"] <= wall_ns + 2000
+
+
+def test_page_faults_per_node_are_exact(counter_factory: Any) -> None:
+    counter = counter_factory(
+        add_chain(2_000_000),
+        (2_000_000,),
+        ["task-clock", "page-faults", "minor-faults"],
+        intra_op_num_threads=1,
+        enable_cpu_mem_arena=False,
+        enable_mem_pattern=False,
+    )
+    _, _, _, counts = counter.counted()
+    result = counts.attribution
+    assert not counts.problems and counts.lost == 0
+    for alias in ("page-faults", "minor-faults"):
+        per_node = [values[alias] for values in result.nodes]
+        assert result.unattributed[alias] == 0  # every fault was recorded with its time
+        assert sum(per_node) + result.between[alias] == result.totals[alias]
+        assert max(per_node) >= 1000  # 8 MB outputs, first written in their node
+
+
+def test_a_full_ring_is_said_not_hidden(counter_factory: Any) -> None:
+    counter = counter_factory(
+        add_chain(12_000_000),
+        (12_000_000,),
+        ["task-clock", "page-faults", "minor-faults"],
+        intra_op_num_threads=1,
+        enable_cpu_mem_arena=False,
+        enable_mem_pattern=False,
+    )
+    _, _, _, counts = counter.counted()
+    assert any("ring buffer filled up" in problem for problem in counts.problems)
+    assert counts.attribution.unattributed["page-faults"] > 0
+
+
+def test_multiplexed_and_never_running_counters_are_scaled_or_absent() -> None:
+    """Hardware groups cannot be opened on a VM without a PMU: the arithmetic on its reads."""
+    leader, cycles = 1, 2
+    before = Read(0, 0, {leader: 0, cycles: 0})
+    halfway = GroupSample(1_000, 1_000, 500, {leader: 1_000, cycles: 400})  # ran half the time
+    stalled = GroupSample(2_000, 2_000, 500, {leader: 2_000, cycles: 400})  # then never ran
+    after = Read(3_000, 1_000, {leader: 3_000, cycles: 800})
+    records = ThreadRecords(group_samples=[halfway, stalled])
+    run = ThreadRun(7, (0, 3_000), before, after, records, {"task-clock": leader, "cyc": cycles})
+    counted = Counted({"task-clock": "time", "cyc": "dense"}, "task-clock")
+    result = attribute([run], [(0, 1_000), (1_200, 2_200), (2_600, 3_000)], counted)
+    assert result.nodes[0]["cyc"] == pytest.approx(800)  # 400 raw, scaled x 2
+    assert math.isnan(result.nodes[1]["cyc"])  # overlaps the step whose group never ran
+    assert result.nodes[2]["cyc"] == pytest.approx(320)  # 0.4 of the last step's 800
+    assert math.isnan(result.totals["cyc"])
+    assert result.scaling["cyc"] == (3_000, 1_000)
+
+
+def test_instrumented_runs_carry_counts_and_missing_events_are_warned(
+    telemetry: Telemetry, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "otel_ort")
+    events = ["task-clock", "page-faults", "context-switches", "cycles=cyc", "nosuchevent"]
+    with instrumentation(**telemetry.providers, profile_dir=str(tmp_path), perf_events=events):
+        session = ort.InferenceSession(matmul_chain(), providers=CPU)
+        feeds = {"x": np.ones((512, 512), np.float32)}
+        expected = session.run(None, feeds)
+        for _ in range(2):
+            with profile_next_run():
+                outputs = session.run(None, feeds)
+            assert flush_profiles(timeout=60)
+    assert np.array_equal(outputs[0], expected[0])
+    run = next(s for s in telemetry.spans(semconv.SPAN_RUN) if attrs(s).get("perf.threads"))
+    run_attributes = attrs(run)
+    assert run_attributes[semconv.RUN_PROFILED] is True
+    nodes = [s for s in telemetry.spans() if s.parent and s.parent.span_id == run.context.span_id]
+    assert len(nodes) == 8
+    for node in nodes:
+        assert attrs(node)["perf.task-clock"] > 0 and "perf.page-faults" in attrs(node)
+    assert run_attributes["perf.task-clock"] > 0
+    assert "perf.between_nodes.task-clock" in run_attributes
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("nosuchevent" in w for w in warnings)
+    unavailable = run_attributes.get(semconv.PERF_UNAVAILABLE, ())
+    if _has_pmu():
+        assert all(attrs(node).get("perf.cyc", 0) > 0 for node in nodes)
+    else:  # this VM: cycles says why, once, and everything else is complete
+        assert sum("cyc" in w and "no PMU" in w for w in warnings) == 1
+        assert any("cycles" in line and "no PMU" in line for line in unavailable)
+        assert all("perf.cyc" not in attrs(node) for node in nodes)
+    kept = json.loads(next(tmp_path.glob("otel-ort_*.json")).read_text())
+    counters = [e for e in kept["traceEvents"] if e.get("ph") == "C"]
+    assert {e["name"] for e in counters} >= {"perf.task-clock", "perf.page-faults"}
+
+
+def test_the_forks_perf_config_json_works_as_given(telemetry: Telemetry, tmp_path: Path) -> None:
+    with instrumentation(
+        **telemetry.providers, profile_dir=str(tmp_path), perf_events=str(FIXTURE_CONFIG)
+    ):
+        session = ort.InferenceSession(matmul_chain(nodes=2, size=64), providers=CPU)
+        feeds = {"x": np.ones((64, 64), np.float32)}
+        for _ in range(2):
+            with profile_next_run():
+                session.run(None, feeds)
+            assert flush_profiles(timeout=60)
+    run = next(s for s in telemetry.spans(semconv.SPAN_RUN) if attrs(s).get("perf.threads"))
+    run_attributes = attrs(run)
+    assert run_attributes["perf.task-clock"] > 0  # the leader counts whatever was asked
+    aliases = json.loads(FIXTURE_CONFIG.read_text()).values()
+    for alias in aliases:  # every event is either counted or said to be missing, with why
+        counted = f"perf.{alias}" in run_attributes
+        said = any(alias in line for line in run_attributes.get(semconv.PERF_UNAVAILABLE, ()))
+        assert counted or said, alias
+
+
+def test_perf_can_be_switched_off(telemetry: Telemetry, tmp_path: Path) -> None:
+    with instrumentation(**telemetry.providers, profile_dir=str(tmp_path), perf_events=False):
+        session = ort.InferenceSession(matmul_chain(nodes=2, size=64), providers=CPU)
+        for _ in range(2):
+            with profile_next_run():
+                session.run(None, {"x": np.ones((64, 64), np.float32)})
+            assert flush_profiles(timeout=60)
+    assert not [k for s in telemetry.spans() for k in attrs(s) if k.startswith("perf.")]
+
+
+def test_parallel_execution_counts_per_run_only(telemetry: Telemetry, tmp_path: Path) -> None:
+    with instrumentation(**telemetry.providers, profile_dir=str(tmp_path)):
+        options = ort.SessionOptions()
+        options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+        options.inter_op_num_threads = 2
+        session = ort.InferenceSession(branches(), options, providers=CPU)
+        for _ in range(3):
+            with profile_next_run():
+                session.run(None, {"x": np.ones((256, 256), np.float32)})
+            assert flush_profiles(timeout=60)
+    run = [s for s in telemetry.spans(semconv.SPAN_RUN) if attrs(s).get("perf.threads")][-1]
+    assert attrs(run)["perf.task-clock"] > 0  # the run's totals, whatever ran where
+    nodes = [s for s in telemetry.spans() if s.parent and s.parent.span_id == run.context.span_id]
+    # nodes that overlapped in time cannot share out the counts; nodes one after another can
+    concurrent = any("ran concurrently" in line for line in attrs(run).get("perf.unavailable", ()))
+    counted = ["perf.task-clock" in attrs(node) for node in nodes]
+    assert not any(counted) if concurrent else all(counted)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to drop to nobody"
+)
+def test_an_unprivileged_process_gets_the_reason_and_the_fix() -> None:
+    """As ``nobody``: counting its own threads works (kernel-mode counting excluded, as
+    perf_event_paranoid=2 asks); another process's thread is refused, and the message names
+    the sysctl and the capability."""
+    script = """
+import threading
+from otel_ort.perf import kernel
+from otel_ort.perf.counting import PerfCounters
+from otel_ort.perf.events import parse_events
+from otel_ort.perf.probe import event_problem
+counters = PerfCounters(parse_events(["task-clock", "cpu-migrations"]), None, True)
+print("prepared", counters.prepare(), counters._plan.exclude_kernel if counters._plan else None)
+print("missing", counters.unavailable_events)
+try:
+    kernel.perf_event_open(kernel.Attr(1, 1, flags=kernel.EXCLUDE_KERNEL), 1)
+except OSError as exc:
+    print("refused", event_problem("task-clock", exc))
+"""
+    paranoid = int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
+    result = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            script,
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parent.parent,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "perf_event_paranoid" in result.stdout and "CAP_PERFMON" in result.stdout
+    if paranoid >= 2:
+        assert "prepared True True" in result.stdout
+        assert "cpu-migrations is counted in kernel mode" in result.stdout
+
+
+def test_errno_messages_name_the_cause() -> None:
+    enoent = event_problem("cycles", OSError(2, "No such file or directory"))
+    assert "no PMU" in enoent
+    eacces = event_problem("cycles", OSError(13, "Permission denied"))
+    assert "kernel.perf_event_paranoid" in eacces and "CAP_PERFMON" in eacces
+
+
+def _has_pmu() -> bool:
+    try:
+        os.close(kernel.perf_event_open(kernel.Attr(0, 0, flags=kernel.EXCLUDE_KERNEL), 0))
+    except OSError:
+        return False
+    return True
