@@ -399,7 +399,11 @@ def test_profiling_works_in_a_forked_child(
                 session.run(None, X)
             assert flush_profiles(timeout=60)
             report = [
-                (attrs(s).get(semconv.PROFILE_SKIP_REASON), attrs(s).get(semconv.PROFILE_FILE))
+                (
+                    attrs(s).get(semconv.PROFILE_SKIP_REASON),
+                    attrs(s).get(semconv.PROFILE_FILE),
+                    attrs(s).get("perf.task-clock", 0),  # the child's threads are counted
+                )
                 for s in run_spans(profiling)
             ]
             os.write(write_end, json.dumps([report, len(profiled_spans(profiling))]).encode())
@@ -411,13 +415,15 @@ def test_profiling_works_in_a_forked_child(
         report, profiled = json.loads(pipe.read() or "[[], 0]")
     _, wait_status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(wait_status) == 0
-    assert [reason for reason, _ in report] == [semconv.SKIP_TWIN_NOT_READY, None]
+    assert [reason for reason, _, _ in report] == [semconv.SKIP_TWIN_NOT_READY, None]
     assert profiled == 1
     assert f"_{pid}-" in report[1][1]  # named by the child: nothing shared with the parent
+    assert report[1][2] > 0
     with profile_next_run():
         session.run(None, X)  # the parent's twin still serves the parent
     assert flush_profiles(timeout=60)
     assert len(profiled_spans(profiling)) == 1
+    assert attrs(profiled_spans(profiling)[0])["perf.task-clock"] > 0
 
 
 def test_uninstrument_leaves_ort_options_working(telemetry: Telemetry, mlp_path: Path) -> None:

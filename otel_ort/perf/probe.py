@@ -16,6 +16,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from otel_ort.perf import kernel
 from otel_ort.perf.events import EventSpec, Unavailable
 from otel_ort.perf.group import ThreadGroup
@@ -180,9 +182,10 @@ def _sample_cost_ns(tid: int, exclude_kernel: bool) -> float:
 
 
 def _busy_ns() -> int:
-    """CPU time of a fixed ~20 ms loop."""
+    """CPU time of a fixed ~20 ms of numpy work (which lets other Python threads run)."""
+    values = np.full(1 << 16, 2.0)
     started = time.thread_time_ns()
-    total = 0
-    for value in range(600_000):
-        total += value
+    for _ in range(300):
+        np.sqrt(values, out=values)
+        values += 1.0
     return time.thread_time_ns() - started
