@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from otel_ort.capi import CSession
+from otel_ort.capi import CSession, load_api
 from otel_ort.capi.session import SessionConfig
 from otel_ort.perf.counting import PerfCounters, Pool
 from otel_ort.perf.events import parse_events
@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    load_api().env  # noqa: B018 (its threads, started on first use, are not the session's)
     session = CSession(
         SessionConfig(matmul_chain(args.size, args.depth), intra_op_num_threads=args.threads)
     )

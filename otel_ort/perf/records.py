@@ -36,7 +36,8 @@ class ThreadRecords:
     """Sample times of the sparse events (period 1), by event id."""
     group_samples: list[GroupSample] = field(default_factory=list)
     lost: int = 0
-    """Records the kernel dropped because the ring was full."""
+    """Records the kernel dropped because the ring was full (it says so at its next write,
+    so losses at the end of a run show only as the ring having filled up)."""
     throttled: int = 0
     """Times the kernel withheld samples until its next tick (counts stay exact)."""
 
@@ -61,7 +62,8 @@ def parse(data: bytes, leader_id: int) -> ThreadRecords:
             time = _TRAILER.unpack_from(data, position + size - _TRAILER.size)[2]
             out.switches.append((time, bool(misc & _MISC_SWITCH_OUT)))
         elif kind in (_LOST, _LOST_SAMPLES):
-            out.lost += struct.unpack_from("Q", data, body + (8 if kind == _LOST else 0))[0]
+            if position:  # a leading one reports the previous run's losses, said then
+                out.lost += struct.unpack_from("Q", data, body + (8 if kind == _LOST else 0))[0]
         elif kind == _THROTTLE:
             out.throttled += 1
         position += size
