@@ -73,6 +73,7 @@ class CSession:
         self._profiled = False  # a profiled run has completed
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
+        _ = api.env  # created first: its process-lifetime thread is not the session's
         before = _thread_ids()
         self._session = _create_session(api, config)
         self.thread_ids = tuple(sorted(int(tid) for tid in _thread_ids() - before))
