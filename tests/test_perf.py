@@ -102,10 +102,14 @@ def cpu_ns_from_switches(raw: RawRun, window: tuple[int, int]) -> float:
     """On-CPU time of every counted thread inside ``window``, straight from the switch
     records (a second, plain implementation of what the attribution computes)."""
     total = 0.0
-    for _, (begin, end), before, after, data, _, ids in raw.threads:
-        switches = sorted(parse(data, ids["task-clock"]).switches)
-        leader = ids["task-clock"]
-        running = after.values[leader] - before.values[leader]
+    for thread in raw.threads:
+        begin, end = thread.window
+        records = ThreadRecords()
+        for taken in thread.taken:
+            parse(taken.data, thread.dense_id, records)
+        switches = sorted(records.switches)
+        leader = thread.ids["task-clock"]
+        running = thread.after[0].values[leader] - thread.before[0].values[leader]
         on = switches[0][1] if switches else running > (end - begin) / 2
         since = begin
         for time, out in [*switches, (end, None)]:
@@ -159,7 +163,7 @@ def test_page_faults_per_node_are_exact(counter_factory: Any) -> None:
     )
     _, _, _, counts = counter.counted()
     result = counts.attribution
-    assert not counts.problems and counts.lost == 0
+    assert not counts.problems
     for alias in ("page-faults", "minor-faults"):
         per_node = [values[alias] for values in result.nodes]
         assert result.unattributed[alias] == 0  # every fault was recorded with its time
@@ -177,23 +181,28 @@ def test_a_full_ring_is_said_not_hidden(counter_factory: Any) -> None:
         enable_mem_pattern=False,
     )
     _, _, _, counts = counter.counted()
-    assert any("ring buffer filled up" in problem for problem in counts.problems)
+    assert any("filled up" in problem for problem in counts.problems)
     assert counts.attribution.unattributed["page-faults"] > 0
 
 
 def test_multiplexed_and_never_running_counters_are_scaled_or_absent() -> None:
-    """Hardware groups cannot be opened on a VM without a PMU: the arithmetic on its reads."""
-    leader, cycles = 1, 2
-    before = Read(0, 0, {leader: 0, cycles: 0})
-    halfway = GroupSample(1_000, 1_000, 500, {leader: 1_000, cycles: 400})  # ran half the time
-    stalled = GroupSample(2_000, 2_000, 500, {leader: 2_000, cycles: 400})  # then never ran
-    after = Read(3_000, 1_000, {leader: 3_000, cycles: 800})
+    """Hardware groups cannot be opened on a VM without a PMU: the arithmetic on the reads a
+    multiplexed dense group gives, next to a software group that always runs."""
+    task_clock, cpu_clock, cycles = 1, 2, 3
+    software = (Read(0, 0, {task_clock: 0}), Read(3_000, 3_000, {task_clock: 3_000}))
+    dense_before = Read(0, 0, {cpu_clock: 0, cycles: 0})
+    halfway = GroupSample(1_000, 1_000, 500, {cpu_clock: 500, cycles: 400})  # ran half the time
+    stalled = GroupSample(2_000, 2_000, 500, {cpu_clock: 500, cycles: 400})  # then never ran
+    dense_after = Read(3_000, 1_000, {cpu_clock: 1_000, cycles: 800})
     records = ThreadRecords(group_samples=[halfway, stalled])
-    run = ThreadRun(7, (0, 3_000), before, after, records, {"task-clock": leader, "cyc": cycles})
+    ids = {"task-clock": task_clock, "cyc": cycles}
+    run = ThreadRun(7, (0, 3_000), *software, dense_before, dense_after, records, ids)
     counted = Counted({"task-clock": "time", "cyc": "dense"}, "task-clock")
     result = attribute([run], [(0, 1_000), (1_200, 2_200), (2_600, 3_000)], counted)
+    assert [node["task-clock"] for node in result.nodes] == [1_000, 1_000, 400]
+    assert result.between["task-clock"] == 600 and result.totals["task-clock"] == 3_000
     assert result.nodes[0]["cyc"] == pytest.approx(800)  # 400 raw, scaled x 2
-    assert math.isnan(result.nodes[1]["cyc"])  # overlaps the step whose group never ran
+    assert math.isnan(result.nodes[1]["cyc"])  # overlaps the step when the group never ran
     assert result.nodes[2]["cyc"] == pytest.approx(320)  # 0.4 of the last step's 800
     assert math.isnan(result.totals["cyc"])
     assert result.scaling["cyc"] == (3_000, 1_000)

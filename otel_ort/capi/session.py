@@ -76,9 +76,11 @@ class CSession:
         _ = api.env  # created first: its process-lifetime thread is not the session's
         before = _thread_ids()
         self._session = _create_session(api, config)
-        self.thread_ids = tuple(sorted(int(tid) for tid in _thread_ids() - before))
+        python_threads = {str(thread.native_id) for thread in threading.enumerate()}
+        self.thread_ids = tuple(sorted(int(t) for t in _thread_ids() - before - python_threads))
         """OS ids of the threads ORT started for this session (its intra-op pool): the
-        process's new threads while it was created."""
+        process's new threads while it was created, less Python's (a native thread another
+        library started meanwhile would be counted too)."""
         self._calls = threading.local()
         self._release = weakref.finalize(self, _release_session, api, self._session)
         self._release.atexit = False  # ORT may already be tearing down at interpreter exit

@@ -49,9 +49,16 @@ class ThreadRun:
     """When its events were enabled and disabled (ns, CLOCK_REALTIME)."""
     before: Read
     after: Read
+    """The software group's reads (task-clock, sparse events)."""
+    dense_before: Read | None
+    dense_after: Read | None
+    """The dense group's reads, when dense events are counted."""
     records: ThreadRecords
     ids: Mapping[str, int]
     """Event id of each counted alias on this thread (the time alias is the leader)."""
+    incomplete: frozenset[str] = frozenset()
+    """Records that are not all there (their ring filled up): ``switches``, ``dense`` or a
+    sparse alias. What depends on them is unknown per node (NaN); totals stay exact."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +130,7 @@ def _thread_values(
             total = float(_delta(run, event))
             _add(result.unattributed, alias, total - recorded[alias])
         else:
-            series = _dense_series(run, run.ids[alias], run.ids[counted.time_alias])
-            positions, values, unknown, scale = series
+            positions, values, unknown, scale = _dense_series(run, run.ids[alias], on_cpu)
             low, high = on_cpu.at(starts), on_cpu.at(ends)
             known = np.interp(high, positions, unknown) == np.interp(low, positions, unknown)
             delta = np.interp(high, positions, values) - np.interp(low, positions, values)
@@ -133,6 +139,9 @@ def _thread_values(
             if scale is not None:
                 enabled, running = result.scaling.get(alias, (0, 0))
                 result.scaling[alias] = (enabled + scale[0], running + scale[1])
+        needs = {"sparse": {alias}, "dense": {"dense", "switches"}}.get(kind, {"switches"})
+        if needs & run.incomplete:  # its records are not all there: unknown per node
+            out[alias] = np.full_like(starts, math.nan)
         _add(result.totals, alias, total)
         _add(result.between, alias, recorded[alias] - float(out[alias].sum()))
     return out
@@ -172,25 +181,28 @@ class _OnCpu:
 
 
 def _dense_series(
-    run: ThreadRun, event: int, leader: int
+    run: ThreadRun, event: int, on_cpu: _OnCpu
 ) -> tuple[Array, Array, Array, tuple[int, int] | None]:
-    """At the start, each leader sample and the end: on-CPU position, scaled cumulative value,
-    and how many steps so far were unknown (the group never ran); (Δenabled, Δrunning)."""
-    reads = [run.before, *(Read(s.enabled, s.running, s.values) for s in run.records.group_samples)]
-    reads.append(run.after)
+    """At the start, each dense sample and the end: the thread's on-CPU time so far, the
+    scaled cumulative value, and how many steps so far were unknown (the group was enabled but
+    never ran); the run's (Δenabled, Δrunning)."""
+    first_read, last_read = run.dense_before, run.dense_after
+    if first_read is None or last_read is None:
+        raise ValueError(f"thread {run.tid}: no dense group read")
+    samples = run.records.group_samples
+    reads = [first_read, *(Read(s.enabled, s.running, s.values) for s in samples), last_read]
+    at = [0.0, *on_cpu.at(np.array([s.time for s in samples], dtype=np.float64)).tolist()]
+    at.append(on_cpu.total)
     positions, values, unknown = [0.0], [0.0], [0]
-    for first, second in itertools.pairwise(reads):
-        if event not in second.values or leader not in second.values:
-            continue
+    for (first, second), position in zip(itertools.pairwise(reads), at[1:], strict=True):
         enabled = second.enabled - first.enabled
         running = second.running - first.running
-        step = second.values[event] - first.values[event]
-        positions.append(float(second.values[leader] - run.before.values[leader]))
-        never_ran = enabled > 0 and running == 0  # the thread ran, its group did not
+        step = second.values.get(event, 0) - first.values.get(event, 0)
+        positions.append(max(position, positions[-1]))
         values.append(values[-1] + (step * enabled / running if running else 0.0))
-        unknown.append(unknown[-1] + never_ran)
-    enabled = run.after.enabled - run.before.enabled
-    running = run.after.running - run.before.running
+        unknown.append(unknown[-1] + (enabled > 0 and running == 0))
+    enabled = last_read.enabled - first_read.enabled
+    running = last_read.running - first_read.running
     scale = (enabled, running) if enabled else None
     return np.array(positions), np.array(values), np.array(unknown, dtype=np.float64), scale
 

@@ -2,25 +2,28 @@
 
 ``PerfCounters`` is made at ``instrument()`` from the user's selection; ``prepare`` probes the
 machine once (off the request path). Each twin gets a ``Pool`` of groups on its intra-op
-threads; each thread that runs profiled runs gets its own group on first use. Groups are
-opened once and reused. During a profiled run (``begin`` … ``end``, on the request thread)
-the run's groups are enabled; the worker then parses what they recorded and ``attribute``-s
-it to the run's nodes. A twin's pool is used by one profiled run at a time: concurrent
-profiled runs on one session take turns while perf counting is on.
+threads; each thread that runs profiled runs gets its own group on first use, kept in a
+thread-local (closed when the thread ends). Groups are opened once and reused. During a
+profiled run (``begin`` … ``end``, on the request thread) the run's groups are enabled; the
+worker then parses what they recorded and ``attribute``-s it to the run's nodes. A twin's
+pool is used by one profiled run at a time: concurrent profiled runs on one session take
+turns while perf counting is on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from otel_ort.perf import probe
 from otel_ort.perf.attribution import Attribution, Counted, Read, ThreadRun, attribute
 from otel_ort.perf.events import EventSelection, Unavailable
-from otel_ort.perf.group import ThreadGroup
-from otel_ort.perf.records import parse
+from otel_ort.perf.group import Taken, ThreadGroup
+from otel_ort.perf.records import ThreadRecords, parse
 
 _logger = logging.getLogger("otel_ort")
 
@@ -33,26 +36,43 @@ class Pool:
     problems: list[str]
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def close(self) -> None:
-        for group in self.groups:
-            group.close()
-        self.groups = []
+    def close(self, *, forked_child: bool = False) -> None:
+        """Close the groups once no run uses them (in a forked child: at once, without the
+        lock, which a parent's thread may have held at the fork)."""
+        with contextlib.nullcontext() if forked_child else self.lock:
+            for group in self.groups:
+                group.close()
+            self.groups = []
 
 
 @dataclass(slots=True)
 class Counting:
+    """A run being counted: its groups, their reads at the start, when each was enabled."""
+
     groups: list[ThreadGroup]
-    befores: list[Read]
+    befores: list[tuple[Read, Read | None]]
     enabled_at: list[int]
     pool: Pool
 
 
 @dataclass(frozen=True, slots=True)
-class RawRun:
-    """A counted run as the request thread leaves it: per thread, its window, reads, ring
-    bytes and event ids (parsing waits for the worker)."""
+class ThreadRaw:
+    """One thread's part of a counted run, as the request thread leaves it."""
 
-    threads: tuple[tuple[int, tuple[int, int], Read, Read, bytes, bool, dict[str, int]], ...]
+    tid: int
+    window: tuple[int, int]
+    before: tuple[Read, Read | None]
+    after: tuple[Read, Read | None]
+    taken: tuple[Taken, ...]
+    ids: dict[str, int]
+    dense_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RawRun:
+    """A counted run before parsing (which waits for the worker)."""
+
+    threads: tuple[ThreadRaw, ...]
     problems: tuple[str, ...]
 
 
@@ -64,7 +84,6 @@ class RunCounts:
     units: dict[str, str]
     period_ns: int
     threads: int
-    lost: int
     throttled: int
     problems: tuple[str, ...]
 
@@ -83,29 +102,27 @@ class PerfCounters:
             (spec.alias for spec in selection.events if spec.kind == "time"),
             probe.TIME_ALIAS_DEFAULT,
         )
-        self._calling: dict[int, ThreadGroup] = {}
-        self._lock = threading.Lock()
+        self._calling = threading.local()
+        self._groups: weakref.WeakSet[ThreadGroup] = weakref.WeakSet()
 
     # -- worker ---------------------------------------------------------------------------
 
     def prepare(self) -> bool:
-        """Probe the machine (once); whether anything can be counted. Logs one warning per
-        requested event that cannot be counted, and one if perf is unusable."""
+        """Probe the machine (once); whether anything can be counted. Says once why an event
+        (or perf itself) cannot count: a warning for what the user named, else at INFO."""
         if self._plan is not None or self.unavailable:
             return self._plan is not None
+        log = _logger.warning if self._explicit else _logger.info
         try:
             self._plan = probe.make_plan(
                 self._selection.events, self._selection.unavailable, self._period_ns
             )
         except (probe.PerfUnavailable, OSError) as exc:
             self.unavailable = str(exc)
-            _logger.warning("otel-ort: perf counters are off: %s", exc)
+            log("otel-ort: perf counters are off: %s", exc)
             return False
         for line in self.unavailable_events:
-            if self._explicit:
-                _logger.warning("otel-ort: perf event not counted: %s", line)
-            else:
-                _logger.info("otel-ort: default perf event not counted: %s", line)
+            log("otel-ort: perf event not counted: %s", line)
         return True
 
     def pool(self, tids: Iterable[int]) -> Pool:
@@ -129,21 +146,36 @@ class PerfCounters:
                 kinds[spec.alias], units[spec.alias] = "switches", spec.unit
         for spec in plan.members:
             kinds[spec.alias], units[spec.alias] = spec.kind, spec.unit
-        runs, lost, throttled, problems = [], 0, 0, list(raw.problems)
-        for tid, window, before, after, data, filled, ids in raw.threads:
-            records = parse(data, ids[self._time_alias])
-            if filled:
-                problems.append(
-                    f"thread {tid}: its ring buffer filled up and later records were dropped: "
-                    "its counts per node are incomplete (count fewer sparse events)"
-                )
-            lost += records.lost
+        runs, throttled, problems = [], 0, list(raw.problems)
+        for thread in raw.threads:
+            records = ThreadRecords()
+            incomplete = set()
+            for taken in thread.taken:
+                parse(taken.data, thread.dense_id, records)
+                if taken.filled:
+                    incomplete.add(taken.holds)
+                    problems.append(
+                        f"thread {thread.tid}: the ring buffer of its {taken.holds} records "
+                        "filled up and later ones were dropped: what depends on them is not "
+                        "given per node (the run's totals are exact)"
+                    )
             throttled += records.throttled
-            runs.append(ThreadRun(tid, window, before, after, records, ids))
+            (before, dense_before), (after, dense_after) = thread.before, thread.after
+            runs.append(
+                ThreadRun(
+                    thread.tid,
+                    thread.window,
+                    before,
+                    after,
+                    dense_before,
+                    dense_after,
+                    records,
+                    thread.ids,
+                    frozenset(incomplete),
+                )
+            )
         attribution = attribute(runs, windows, Counted(kinds, self._time_alias))
-        return RunCounts(
-            attribution, units, plan.period_ns, len(runs), lost, throttled, tuple(problems)
-        )
+        return RunCounts(attribution, units, plan.period_ns, len(runs), throttled, tuple(problems))
 
     @property
     def unavailable_events(self) -> list[str]:
@@ -158,26 +190,31 @@ class PerfCounters:
         end); or say why this run is not counted."""
         if self._plan is None:
             return self.unavailable or "perf counters are not ready yet"
-        tid = threading.get_native_id()
         try:
-            group = self._calling_group(tid)
+            group = self._calling_group()
         except OSError as exc:
-            return f"thread {tid} not counted: {probe.event_problem('group', exc)}"
+            return f"this thread is not counted: {probe.event_problem('group', exc)}"
         pool.lock.acquire()
-        groups = [group, *pool.groups]
+        groups = [group, *(g for g in pool.groups if g.tid != group.tid)]
+        enabled: list[ThreadGroup] = []
         try:
             befores = [g.read() for g in groups]
-            return Counting(groups, befores, [g.enable() for g in groups], pool)
+            enabled_at = []
+            for g in groups:
+                enabled_at.append(g.enable())
+                enabled.append(g)
+            return Counting(groups, befores, enabled_at, pool)
         except BaseException:
+            _disable_all(enabled)
             pool.lock.release()
             raise
 
     def end(self, counting: Counting) -> RawRun:
         """Stop counting; what the worker needs. Releases the pool."""
         try:
-            disabled_at = [g.disable() for g in counting.groups]
+            disabled_at = _disable_all(counting.groups)
             threads = tuple(
-                (g.tid, (start, stop), before, g.read(), *g.take(), dict(g.ids))
+                ThreadRaw(g.tid, (start, stop), before, g.read(), g.take(), g.ids, g.dense_id)
                 for g, start, stop, before in zip(
                     counting.groups,
                     counting.enabled_at,
@@ -192,19 +229,16 @@ class PerfCounters:
 
     # -- groups ---------------------------------------------------------------------------
 
-    def _calling_group(self, tid: int) -> ThreadGroup:
-        with self._lock:
-            group = self._calling.get(tid)
-            if group is None:
-                for gone in [t for t, g in self._calling.items() if not g.alive()]:
-                    self._calling.pop(gone).close()
-                group = self._calling[tid] = self._group(tid)
-            return group
+    def _calling_group(self) -> ThreadGroup:
+        group: ThreadGroup | None = getattr(self._calling, "group", None)
+        if group is None:
+            group = self._calling.group = self._group(threading.get_native_id())
+        return group
 
     def _group(self, tid: int) -> ThreadGroup:
         plan = self._plan
         assert plan is not None
-        return ThreadGroup(
+        group = ThreadGroup(
             tid,
             self._time_alias,
             plan.members,
@@ -212,19 +246,32 @@ class PerfCounters:
             exclude_kernel=plan.exclude_kernel,
             pages=probe.RING_PAGES,
         )
+        self._groups.add(group)
+        return group
 
     def close(self) -> None:
         """Close every calling thread's group (pools are closed with their twins)."""
-        with self._lock:
-            for group in self._calling.values():
-                group.close()
-            self._calling.clear()
+        for group in list(self._groups):
+            group.close()
+        self._calling = threading.local()
 
     def after_fork_in_child(self) -> None:
         """The parent's threads do not exist here: drop their groups (closing our copies of
         the fds)."""
-        self._lock = threading.Lock()
         self.close()
+
+
+def _disable_all(groups: Sequence[ThreadGroup]) -> list[int]:
+    """Disable every group, even when one fails (the first failure is raised after)."""
+    stopped, failure = [], None
+    for group in groups:
+        try:
+            stopped.append(group.disable())
+        except OSError as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+    return stopped
 
 
 def _line(event: Unavailable) -> str:

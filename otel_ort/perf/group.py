@@ -1,18 +1,26 @@
-"""One thread's perf events: a task-clock leader, its members, one ring buffer.
+"""One thread's perf events: a software group and, for dense counters, a sampled group.
 
-The leader counts task-clock, records the thread's context switches (``context_switch``) and,
-when dense events are counted, samples every ``period`` ns of CPU time with the group's values
-(``SAMPLE_READ``). Sparse members (faults, migrations) sample every occurrence into the
-leader's ring. Dense members (hardware counters, cpu-clock) only count. Members are created
-enabled and follow the leader: toggling the leader alone turns the group on and off (the
-kernel quirk in ``probe.py`` is why the group-wide toggle is not used).
+- The software group is led by task-clock, which only counts and writes a record at every
+  context switch of the thread (``context_switch``). Its sparse members (faults, migrations)
+  sample every occurrence (period 1), each into its own ring, so that a burst of faults cannot
+  crowd out the switch records. Software events are never multiplexed: this group always runs.
+- The dense group (only when dense events are counted) is led by cpu-clock sampling every
+  ``period`` ns of CPU time with the group's values (``SAMPLE_READ``); its members are the
+  hardware, raw and PMU counters. The kernel schedules it all-or-nothing and may multiplex it
+  with other users of the PMU, which its time enabled / time running then show.
+
+Members are created enabled and follow their leader: only leaders are toggled (the kernel quirk
+in ``probe.py`` is why the group-wide toggle is not used).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
+import weakref
+from dataclasses import dataclass, field
 
 from otel_ort.perf import kernel
 from otel_ort.perf.attribution import Read
@@ -20,6 +28,19 @@ from otel_ort.perf.events import EventSpec
 
 _SAMPLE_TYPE = kernel.SAMPLE_IDENTIFIER | kernel.SAMPLE_TID | kernel.SAMPLE_TIME
 _FLAGS = kernel.SAMPLE_ID_ALL | kernel.EXCLUDE_HV
+_CPU_CLOCK = EventSpec("cpu-clock", "cpu-clock", kernel.TYPE_SOFTWARE, 0, unit="ns")
+SWITCH_PAGES = 16
+"""The switch records' ring: 64 KiB, about 2,000 context switches per run."""
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What one ring held after a run: its bytes, whether it filled up (the kernel then
+    dropped what came after), and what it records: ``switches``, ``dense`` or a sparse alias."""
+
+    data: bytes
+    filled: bool
+    holds: str
 
 
 class ThreadGroup:
@@ -36,75 +57,119 @@ class ThreadGroup:
         pages: int,
     ) -> None:
         self.tid = tid
-        self._fds: list[int] = []
-        self._ring: kernel.Ring | None = None
-        flags = _FLAGS | (kernel.EXCLUDE_KERNEL if exclude_kernel else 0)
+        self._owned = _Owned()
+        self._fds, self._rings = self._owned.fds, self._owned.rings
+        weakref.finalize(self, self._owned.close)  # a thread-local group: when its thread ends
+        self._flags = _FLAGS | (kernel.EXCLUDE_KERNEL if exclude_kernel else 0)
+        self.dense_leader: int | None = None
+        self.dense_id: int | None = None
         try:
-            leader = kernel.Attr(
-                kernel.TYPE_SOFTWARE,
-                kernel.SW_TASK_CLOCK,
-                sample_period=period_ns,
-                sample_type=_SAMPLE_TYPE | (kernel.SAMPLE_READ if period_ns else 0),
-                read_format=kernel.GROUP_READ_FORMAT,
-                flags=flags | kernel.DISABLED | kernel.CONTEXT_SWITCH,
+            task_clock = EventSpec(
+                time_alias, time_alias, kernel.TYPE_SOFTWARE, kernel.SW_TASK_CLOCK
             )
-            self.leader = self._open(leader, -1)
-            self._ring = kernel.Ring(self.leader, pages)
+            self.leader = self._open(task_clock, -1, kernel.DISABLED | kernel.CONTEXT_SWITCH)
+            self._ring(self.leader, min(pages, SWITCH_PAGES), "switches")
             self.ids = {time_alias: kernel.event_id(self.leader)}
+            self.members = 1
             for spec in members:
-                sparse = spec.kind == "sparse"
-                attr = kernel.Attr(
-                    spec.type,
-                    spec.config,
-                    spec.config1,
-                    spec.config2,
-                    sample_period=1 if sparse else 0,
-                    sample_type=_SAMPLE_TYPE,
-                    read_format=kernel.GROUP_READ_FORMAT,
-                    flags=flags,
-                )
-                fd = self._open(attr, self.leader)
-                if sparse:
-                    kernel.ioctl(fd, kernel.IOC_SET_OUTPUT, self.leader)
-                self.ids[spec.alias] = kernel.event_id(fd)
+                if spec.kind == "sparse":
+                    fd = self._open(spec, self.leader, sample_period=1)
+                    self._ring(fd, pages, spec.alias)
+                    self.ids[spec.alias] = kernel.event_id(fd)
+                    self.members += 1
+            dense = [spec for spec in members if spec.kind == "dense"]
+            if dense:
+                self._open_dense(dense, period_ns, pages)
         except BaseException:
             self.close()
             raise
 
-    def _open(self, attr: kernel.Attr, group: int) -> int:
+    def _open_dense(self, dense: list[EventSpec], period_ns: int, pages: int) -> None:
+        leader_spec = next((s for s in dense if (s.type, s.config) == (1, 0)), _CPU_CLOCK)
+        leader = self._open(
+            leader_spec, -1, kernel.DISABLED, sample_period=period_ns, read=kernel.SAMPLE_READ
+        )
+        self.dense_leader = leader
+        self.dense_id = kernel.event_id(leader)
+        self._ring(leader, pages, "dense")
+        self.dense_members = 1
+        if leader_spec is not _CPU_CLOCK:
+            self.ids[leader_spec.alias] = self.dense_id
+        for spec in dense:
+            if spec is not leader_spec:
+                self.ids[spec.alias] = kernel.event_id(self._open(spec, leader))
+                self.dense_members += 1
+
+    def _open(
+        self, spec: EventSpec, group: int, flags: int = 0, sample_period: int = 0, read: int = 0
+    ) -> int:
+        attr = kernel.Attr(
+            spec.type,
+            spec.config,
+            spec.config1,
+            spec.config2,
+            sample_period=sample_period,
+            sample_type=_SAMPLE_TYPE | read,
+            read_format=kernel.GROUP_READ_FORMAT,
+            flags=self._flags | flags,
+        )
         fd = kernel.perf_event_open(attr, self.tid, group)
         self._fds.append(fd)
         return fd
 
-    def read(self) -> Read:
-        enabled, running, values = kernel.read_group(self.leader, len(self._fds))
-        return Read(enabled, running, values)
+    def _ring(self, fd: int, pages: int, holds: str) -> None:
+        self._rings.append((kernel.Ring(fd, pages), holds))
+
+    def read(self) -> tuple[Read, Read | None]:
+        """The software group's values, and the dense group's."""
+        self._check_open()
+        software = Read(*kernel.read_group(self.leader, self.members))
+        if self.dense_leader is None:
+            return software, None
+        return software, Read(*kernel.read_group(self.dense_leader, self.dense_members))
 
     def enable(self) -> int:
         """Start counting; when (ns, CLOCK_REALTIME)."""
+        self._check_open()
         kernel.ioctl(self.leader, kernel.IOC_ENABLE)
+        if self.dense_leader is not None:
+            kernel.ioctl(self.dense_leader, kernel.IOC_ENABLE)
         return time.time_ns()
 
     def disable(self) -> int:
         """Stop counting; when."""
+        self._check_open()
         stopped = time.time_ns()
         kernel.ioctl(self.leader, kernel.IOC_DISABLE)
+        if self.dense_leader is not None:
+            kernel.ioctl(self.dense_leader, kernel.IOC_DISABLE)
         return stopped
 
-    def take(self) -> tuple[bytes, bool]:
-        """The records written while enabled (call after ``disable``), and whether the ring
-        filled up (the kernel then dropped what came after)."""
-        assert self._ring is not None
-        return self._ring.take(), self._ring.filled
+    def take(self) -> tuple[Taken, ...]:
+        """What each ring recorded while enabled (call after ``disable``)."""
+        self._check_open()
+        return tuple(Taken(ring.take(), ring.filled, holds) for ring, holds in self._rings)
 
-    def alive(self) -> bool:
-        return os.path.exists(f"/proc/self/task/{self.tid}")
+    def _check_open(self) -> None:
+        if not self._fds:
+            raise OSError(errno.EBADF, f"the perf events of thread {self.tid} are closed")
 
     def close(self) -> None:
-        if self._ring is not None:
-            self._ring.close()
-            self._ring = None
-        for fd in self._fds:
+        self._owned.close()
+
+
+@dataclass(eq=False)
+class _Owned:
+    """A group's fds and mappings (apart, so that a finalizer can close them)."""
+
+    fds: list[int] = field(default_factory=list)
+    rings: list[tuple[kernel.Ring, str]] = field(default_factory=list)
+
+    def close(self) -> None:
+        for ring, _ in self.rings:
+            ring.close()
+        self.rings.clear()
+        for fd in self.fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        self._fds = []
+        self.fds.clear()

@@ -30,7 +30,6 @@ _FLAG_FD_CLOEXEC = 8
 
 TYPE_SOFTWARE = 1
 SW_TASK_CLOCK = 1
-SW_DUMMY = 9
 
 ATTR_SIZE = 136
 # struct perf_event_attr: (offset, format) of the fields set here
@@ -63,8 +62,6 @@ CLOCK_REALTIME = 0
 
 IOC_ENABLE = 0x2400
 IOC_DISABLE = 0x2401
-IOC_RESET = 0x2403
-IOC_SET_OUTPUT = 0x2405
 IOC_ID = 0x80082407
 
 _MAX_RECORD = 512
@@ -76,6 +73,10 @@ _DATA_HEAD, _DATA_TAIL, _DATA_OFFSET, _DATA_SIZE = 1024, 1032, 1040, 1048
 
 class PerfOpenError(OSError):
     """``perf_event_open`` refused an event; ``errno`` says why."""
+
+
+class RingError(OSError):
+    """A perf ring buffer could not be mapped (the locked-memory limit for perf buffers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,10 +153,13 @@ def event_id(fd: int) -> int:
 
 def read_group(fd: int, members: int) -> tuple[int, int, dict[int, int]]:
     """A group read through its leader: (time_enabled, time_running, {event id: value})."""
-    size = 8 * (3 + 2 * members)
-    data = os.read(fd, size)
-    nr, enabled, running = struct.unpack_from("QQQ", data)
-    values = struct.unpack_from(f"{2 * nr}Q", data, 24)
+    return unpack_group(os.read(fd, 8 * (3 + 2 * members)), 0)
+
+
+def unpack_group(data: bytes, offset: int) -> tuple[int, int, dict[int, int]]:
+    """The ``GROUP_READ_FORMAT`` layout at ``offset``, as ``read_group`` returns it."""
+    nr, enabled, running = struct.unpack_from("QQQ", data, offset)
+    values = struct.unpack_from(f"{2 * nr}Q", data, offset + 24)
     return enabled, running, {values[i + 1]: values[i] for i in range(0, 2 * nr, 2)}
 
 
@@ -164,9 +168,12 @@ class Ring:
 
     def __init__(self, fd: int, pages: int) -> None:
         self._page = mmap.PAGESIZE
-        self._map = mmap.mmap(
-            fd, (1 + pages) * self._page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
-        )
+        try:
+            self._map = mmap.mmap(
+                fd, (1 + pages) * self._page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
+            )
+        except OSError as exc:
+            raise RingError(exc.errno, exc.strerror) from exc
         self.size = pages * self._page
         self.filled = False
         """The last ``take`` found the ring (nearly) full: records after that were dropped."""

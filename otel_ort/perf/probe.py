@@ -21,14 +21,14 @@ import numpy as np
 from otel_ort.perf import kernel
 from otel_ort.perf.events import EventSpec, Unavailable
 from otel_ort.perf.group import ThreadGroup
-from otel_ort.perf.records import parse
+from otel_ort.perf.records import ThreadRecords, parse
 
 TIME_ALIAS_DEFAULT = "task-clock"
 RING_PAGES = 64
 """Data pages per thread (256 KiB with 4 KiB pages): about 8,000 records per run."""
-_SAMPLE_BUDGET = 0.02
+_SAMPLE_BUDGET = 0.01
 """Target share of CPU time spent taking samples, for the default period."""
-_PERIOD_BOUNDS_NS = (100_000, 10_000_000)
+_PERIOD_BOUNDS_NS = (1_000_000, 10_000_000)
 _KERNEL_MODE_EVENTS = {(kernel.TYPE_SOFTWARE, 4)}
 """cpu-migrations: counted from kernel context, so ``exclude_kernel`` leaves it at 0."""
 
@@ -70,18 +70,22 @@ def make_plan(
                 )
             )
             continue
-        try:
-            ThreadGroup(
-                tid, "probe", (spec,), period_ns=0, exclude_kernel=exclude_kernel, pages=1
-            ).close()
-        except OSError as exc:
-            problems.append(Unavailable(spec.name, spec.alias, event_problem(spec.name, exc)))
+        dense = [m for m in members if m.kind == "dense"] if spec.kind == "dense" else []
+        problem = _open_problem(tid, (*dense, spec), exclude_kernel)
+        if problem and dense and not _open_problem(tid, (spec,), exclude_kernel):
+            together = ", ".join(m.name for m in dense)
+            problem = (
+                f"{spec.name}: does not fit in one group with {together} (the PMU has too few "
+                "counters for all of them at once); ask for fewer hardware events"
+            )
+        if problem:
+            problems.append(Unavailable(spec.name, spec.alias, problem))
         else:
             members.append(spec)
     _check_leader_toggle(tid, exclude_kernel)
-    dense = any(spec.kind == "dense" for spec in members)
-    cost = _sample_cost_ns(tid, exclude_kernel) if dense and period_ns is None else None
-    if not dense:
+    sampled = any(spec.kind == "dense" for spec in members)
+    cost = _sample_cost_ns(tid, exclude_kernel) if sampled and period_ns is None else None
+    if not sampled:
         period = 0
     elif period_ns is not None:
         period = period_ns
@@ -90,6 +94,17 @@ def make_plan(
         low, high = _PERIOD_BOUNDS_NS
         period = int(min(max(cost / _SAMPLE_BUDGET, low), high))
     return Plan(tuple(members), tuple(problems), exclude_kernel, period, cost)
+
+
+def _open_problem(tid: int, specs: tuple[EventSpec, ...], exclude_kernel: bool) -> str:
+    """Why ``specs`` cannot be opened together on thread ``tid`` ("" if they can)."""
+    try:
+        ThreadGroup(
+            tid, "probe", specs, period_ns=0, exclude_kernel=exclude_kernel, pages=1
+        ).close()
+    except OSError as exc:
+        return event_problem(specs[-1].name, exc)
+    return ""
 
 
 def from_switch_records(spec: EventSpec) -> bool:
@@ -101,21 +116,28 @@ def from_switch_records(spec: EventSpec) -> bool:
 def event_problem(name: str, exc: OSError) -> str:
     """Why ``name`` cannot be counted, from perf_event_open's errno, with what to change."""
     code = exc.errno
+    if isinstance(exc, kernel.RingError):
+        return (
+            f"{name}: its ring buffer could not be mapped ({exc.strerror}): the locked memory "
+            "allowed for perf buffers is used up; raise `sysctl kernel.perf_event_mlock_kb` or "
+            "`ulimit -l`, or give the process CAP_IPC_LOCK"
+        )
     if code in (errno.EACCES, errno.EPERM):
         return (
             f"{name}: permission denied ({exc.strerror}); allow it with "
             "`sysctl kernel.perf_event_paranoid=2` (or lower) or give the process CAP_PERFMON; "
             "in a container, the seccomp profile must allow perf_event_open"
         )
-    if code == errno.ENOENT:
-        return f"{name}: this machine has no PMU that counts it (a VM without a virtual PMU?)"
-    if code == errno.ENOSYS:
-        return f"{name}: perf_event_open is not available ({exc.strerror})"
-    if code == errno.EOPNOTSUPP:
-        return f"{name}: not supported by this CPU or kernel ({exc.strerror})"
-    if code == errno.EINVAL:
-        return f"{name}: the kernel rejected its encoding ({exc.strerror})"
-    return f"{name}: {exc.strerror or exc}"
+    why = _ERRNO_REASONS.get(code or 0, "")
+    return f"{name}: {why} ({exc.strerror})" if why else f"{name}: {exc.strerror or exc}"
+
+
+_ERRNO_REASONS = {
+    errno.ENOENT: "this machine has no PMU that counts it (a VM without a virtual PMU?)",
+    errno.ENOSYS: "perf_event_open is not available",
+    errno.EOPNOTSUPP: "not supported by this CPU or kernel",
+    errno.EINVAL: "the kernel rejected its encoding",
+}
 
 
 def _needs_exclude_kernel(tid: int) -> bool:
@@ -135,18 +157,19 @@ def _needs_exclude_kernel(tid: int) -> bool:
 
 def _check_leader_toggle(tid: int, exclude_kernel: bool) -> None:
     """Members must count again after the leader is disabled and re-enabled."""
-    faults = EventSpec("page-faults", "page-faults", kernel.TYPE_SOFTWARE, 2, kind="dense")
+    faults = EventSpec("page-faults", "page-faults", kernel.TYPE_SOFTWARE, 2, kind="sparse")
     group = ThreadGroup(
         tid, "probe", (faults,), period_ns=0, exclude_kernel=exclude_kernel, pages=1
     )
     try:
         deltas = []
         for _ in range(2):
-            before = group.read().values[group.ids["page-faults"]]
+            before = group.read()[0].values[group.ids["page-faults"]]
             group.enable()
             _touch_pages()
             group.disable()
-            deltas.append(group.read().values[group.ids["page-faults"]] - before)
+            group.take()
+            deltas.append(group.read()[0].values[group.ids["page-faults"]] - before)
     finally:
         group.close()
     if deltas[1] <= 0:
@@ -163,18 +186,24 @@ def _touch_pages() -> None:
 
 
 def _sample_cost_ns(tid: int, exclude_kernel: bool) -> float:
-    """CPU time one leader sample costs this thread: the same busy loop without and with a
+    """CPU time one dense sample costs this thread: the same busy loop without and with a
     sample every 100 µs, the fastest of three each."""
     period = 100_000
     plain = min(_busy_ns() for _ in range(3))
-    group = ThreadGroup(tid, "probe", (), period_ns=period, exclude_kernel=exclude_kernel, pages=16)
+    clock = EventSpec("cpu-clock", "cpu-clock", kernel.TYPE_SOFTWARE, 0, kind="dense")
+    group = ThreadGroup(
+        tid, "probe", (clock,), period_ns=period, exclude_kernel=exclude_kernel, pages=16
+    )
     try:
         sampled, samples = [], []
         for _ in range(3):
             group.enable()
             sampled.append(_busy_ns())
             group.disable()
-            samples.append(len(parse(group.take()[0], group.ids["probe"]).group_samples))
+            records = ThreadRecords()
+            for taken in group.take():
+                parse(taken.data, group.dense_id, records)
+            samples.append(len(records.group_samples))
     finally:
         group.close()
     fastest = min(range(3), key=sampled.__getitem__)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-_SAMPLE, _SWITCH, _LOST, _LOST_SAMPLES, _THROTTLE = 9, 14, 2, 13, 5
+from otel_ort.perf.kernel import unpack_group
+
+_SAMPLE, _SWITCH, _THROTTLE = 9, 14, 5
 _MISC_SWITCH_OUT = 1 << 13
 _HEADER = struct.Struct("IHH")
 _SAMPLE_HEAD = struct.Struct("QIIQ")  # identifier, pid, tid, time
 _TRAILER = struct.Struct("IIQQ")  # pid, tid, time, identifier
-_READ_HEAD = struct.Struct("QQQ")  # nr, time_enabled, time_running
 
 
 @dataclass(slots=True)
@@ -35,35 +36,31 @@ class ThreadRecords:
     events: dict[int, list[int]] = field(default_factory=dict)
     """Sample times of the sparse events (period 1), by event id."""
     group_samples: list[GroupSample] = field(default_factory=list)
-    lost: int = 0
-    """Records the kernel dropped because the ring was full (it says so at its next write,
-    so losses at the end of a run show only as the ring having filled up)."""
     throttled: int = 0
     """Times the kernel withheld samples until its next tick (counts stay exact)."""
 
 
-def parse(data: bytes, leader_id: int) -> ThreadRecords:
-    """The records in ``data`` (whole records, as ``Ring.take`` returns them)."""
-    out = ThreadRecords()
+def parse(data: bytes, dense_id: int | None, out: ThreadRecords | None = None) -> ThreadRecords:
+    """The records in ``data`` (whole records, as ``Ring.take`` returns them), added to
+    ``out``; samples of ``dense_id`` are the dense group's. Losses are not read here: a ring
+    that filled up says so (``Ring.filled``); the kernel's LOST record would only come at the
+    ring's next write, in the next run."""
+    out = out if out is not None else ThreadRecords()
     position, end = 0, len(data)
     while position + _HEADER.size <= end:
         kind, misc, size = _HEADER.unpack_from(data, position)
         if size < _HEADER.size or position + size > end:
-            out.lost += 1  # a torn record: nothing after it can be trusted
-            break
+            break  # a torn record (never seen): nothing after it can be trusted
         body = position + _HEADER.size
         if kind == _SAMPLE:
             identifier, _, _, time = _SAMPLE_HEAD.unpack_from(data, body)
-            if identifier == leader_id:
+            if identifier == dense_id:
                 out.group_samples.append(_group_sample(data, body + _SAMPLE_HEAD.size, time))
             else:
                 out.events.setdefault(identifier, []).append(time)
         elif kind == _SWITCH:
             time = _TRAILER.unpack_from(data, position + size - _TRAILER.size)[2]
             out.switches.append((time, bool(misc & _MISC_SWITCH_OUT)))
-        elif kind in (_LOST, _LOST_SAMPLES):
-            if position:  # a leading one reports the previous run's losses, said then
-                out.lost += struct.unpack_from("Q", data, body + (8 if kind == _LOST else 0))[0]
         elif kind == _THROTTLE:
             out.throttled += 1
         position += size
@@ -71,8 +68,4 @@ def parse(data: bytes, leader_id: int) -> ThreadRecords:
 
 
 def _group_sample(data: bytes, offset: int, time: int) -> GroupSample:
-    nr, enabled, running = _READ_HEAD.unpack_from(data, offset)
-    pairs = struct.unpack_from(f"{2 * nr}Q", data, offset + _READ_HEAD.size)
-    return GroupSample(
-        time, enabled, running, {pairs[i + 1]: pairs[i] for i in range(0, 2 * nr, 2)}
-    )
+    return GroupSample(time, *unpack_group(data, offset))

@@ -61,8 +61,6 @@ def run_attributes(counts: RunCounts, unavailable: Sequence[str]) -> dict[str, A
     never_ran = [alias for alias, value in attribution.totals.items() if math.isnan(value)]
     if never_ran:
         attributes[semconv.PERF_NOT_COUNTED] = never_ran
-    if counts.lost:
-        attributes[semconv.PERF_LOST_RECORDS] = counts.lost
     if counts.throttled:
         attributes[semconv.PERF_THROTTLED] = counts.throttled
     problems = [*unavailable, *counts.problems]

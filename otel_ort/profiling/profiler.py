@@ -40,7 +40,7 @@ from otel_ort.capi import CApi, CSession, OrtError, UnsupportedValue, load_api
 from otel_ort.delivery import SpanDelivery
 from otel_ort.failures import report_failure
 from otel_ort.options import ProfilingOptions
-from otel_ort.perf.counting import Counting, PerfCounters, RawRun
+from otel_ort.perf.counting import Counting, PerfCounters, Pool, RawRun
 from otel_ort.perf.report import counter_events, node_attributes, run_attributes
 from otel_ort.profiling.kept import publish_run, read_run
 from otel_ort.profiling.model import Profile
@@ -197,16 +197,16 @@ class Profiler:
             return self.perf.unavailable or "the twin's threads are not counted"
         try:
             return self.perf.begin(twin.pool)
-        except OSError as exc:
-            return f"perf counting could not start: {exc}"
+        except Exception as exc:  # perf never makes a run fail
+            return f"perf counting could not start: {exc!r}"
 
     def _end_counting(self, counting: Counting | str | None) -> RawRun | str | None:
         if self.perf is None or not isinstance(counting, Counting):
             return None if isinstance(counting, Counting) else counting
         try:
             return self.perf.end(counting)
-        except OSError as exc:
-            return f"perf counting could not be read: {exc}"
+        except Exception as exc:
+            return f"perf counting could not be read: {exc!r}"
 
     def _serving_twin(
         self, session: Any, feeds: dict[str, Any], output_names: Any
@@ -314,10 +314,18 @@ class Profiler:
             return
         finally:
             remove_files(self._store.written(files))
-        pool = None
-        if self.perf is not None and self.perf.prepare():
-            pool = self.perf.pool(csession.thread_ids)
-        twin.ready(csession, pool)
+        twin.ready(csession, self._perf_pool(csession))
+
+    def _perf_pool(self, csession: CSession) -> Pool | None:
+        """perf groups on the twin's threads; ``None`` (and why, on runs) if perf is off or
+        cannot count: that never stops the twin from serving."""
+        if self.perf is None:
+            return None
+        try:
+            return self.perf.pool(csession.thread_ids) if self.perf.prepare() else None
+        except Exception:
+            report_failure("could not prepare perf counters")
+            return None
 
     def _give_up(self, twin: Twin, reason: str, whole_process: bool) -> None:
         twin.fail(reason)

@@ -200,7 +200,7 @@ class Twin:
             if self.session is not None:
                 self.session.abandon()
             if self.pool is not None:
-                self.pool.close()  # our copies of the parent's fds
+                self.pool.close(forked_child=True)  # our copies of the parent's fds
             self.session, self.pool, self.state = None, None, "closed"
             return
         with self._condition:
