@@ -171,8 +171,8 @@ class Profiler:
         if not self.worker.reserve():  # the conversion's place, so that no profile is lost
             return semconv.SKIP_BACKLOG, f"{self.worker.pending} profiles wait for conversion"
         files = self._store.new_run()
-        counting = self._begin_counting(twin)
         try:
+            counting = self._begin_counting(twin)
             try:
                 outputs, start_ns = twin.run(
                     feeds, output_names or None, profile_prefix=files.prefix, **arguments
@@ -201,8 +201,9 @@ class Profiler:
             return f"perf counting could not start: {exc!r}"
 
     def _end_counting(self, counting: Counting | str | None) -> RawRun | str | None:
-        if self.perf is None or not isinstance(counting, Counting):
-            return None if isinstance(counting, Counting) else counting
+        if not isinstance(counting, Counting):
+            return counting
+        assert self.perf is not None
         try:
             return self.perf.end(counting)
         except Exception as exc:
