@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +17,17 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_ort import OrtInstrumentor
 from otel_ort.demo_model import mlp_model
+
+
+def file_spans(path: Path) -> list[dict[str, Any]]:
+    """The spans of an OTLP/JSON-lines file (one export request per line), as dicts."""
+    return [
+        span
+        for line in path.read_text().splitlines()
+        for resource_spans in json.loads(line)["resourceSpans"]
+        for scope_spans in resource_spans["scopeSpans"]
+        for span in scope_spans["spans"]
+    ]
 
 
 def attrs(span: ReadableSpan) -> dict[str, Any]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from otel_ort import semconv
 from otel_ort.cli import main
+from tests.conftest import file_spans
 from tests.otlp_receiver import OtlpReceiver
 from tests.profiles import session_level_profile
 
@@ -26,13 +26,7 @@ def test_convert_to_otlp_file_and_console(
     out = capsys.readouterr().out
     assert "2 run(s), 24 nodes -> 2 trace(s) (time base from filename)" in out
     assert "├─ matmul_0" in out and "op=MatMul" in out
-    spans = [
-        span
-        for line in output.read_text().splitlines()
-        for rs in json.loads(line)["resourceSpans"]
-        for ss in rs["scopeSpans"]
-        for span in ss["spans"]
-    ]
+    spans = file_spans(output)
     assert len(spans) == 26
     assert sum(1 for span in spans if span["name"] == semconv.SPAN_RUN) == 2
 

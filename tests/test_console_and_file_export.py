@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_ort.console import render_span_tree
 from otel_ort.export import OtlpJsonFileSpanExporter
+from tests.conftest import file_spans
 
 
 def make_trace(path: Path | None = None, children: int = 6) -> InMemorySpanExporter:
@@ -56,13 +57,7 @@ def test_file_exporter_writes_otlp_json_with_hex_ids(tmp_path: Path) -> None:
     memory = make_trace(path, children=2)
     lines = path.read_text().splitlines()
     assert len(lines) == 5  # SimpleSpanProcessor: one export call, one line, per span
-    spans = [
-        span
-        for line in lines
-        for resource_spans in json.loads(line)["resourceSpans"]
-        for scope_spans in resource_spans["scopeSpans"]
-        for span in scope_spans["spans"]
-    ]
+    spans = file_spans(path)
     expected = {f"{s.context.span_id:016x}": s for s in memory.get_finished_spans()}
     assert {span["spanId"] for span in spans} == set(expected)
     for span in spans:

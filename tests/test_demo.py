@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from otel_ort import semconv
+from tests.conftest import file_spans
 
 pytestmark = pytest.mark.e2e
 
@@ -26,11 +26,7 @@ def test_demo_prints_span_tree_and_writes_otlp_json(tmp_path: Path) -> None:
     assert "error=InvalidArgument status=ERROR" in out
     assert "| mlp.onnx | CPUExecutionProvider | InvalidArgument |    1 |" in out
 
-    spans = []
-    for line in (tmp_path / "spans.otlp.jsonl").read_text().splitlines():
-        for resource_spans in json.loads(line)["resourceSpans"]:
-            for scope_spans in resource_spans["scopeSpans"]:
-                spans.extend(scope_spans["spans"])
+    spans = file_spans(tmp_path / "spans.otlp.jsonl")
     runs = [s for s in spans if s["name"] == semconv.SPAN_RUN]
     requests = {s["spanId"]: s for s in spans if s["name"] == "demo.request"}
     assert len(runs) == 21 and len(requests) == 20

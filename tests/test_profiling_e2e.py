@@ -19,7 +19,7 @@ import pytest
 from otel_ort import flush_profiles, profile_next_run, semconv
 from otel_ort.demo_model import mlp_model
 from otel_ort.sampling import Ratio
-from tests.conftest import Telemetry, attrs, instrumentation
+from tests.conftest import Telemetry, attrs, file_spans, instrumentation
 from tests.test_profiling import ready
 
 pytestmark = pytest.mark.e2e
@@ -126,13 +126,7 @@ def test_pending_profiles_are_converted_at_exit(tmp_path: Path, mlp_path: Path) 
         check=False,
     )
     assert completed.returncode == 0, completed.stderr
-    spans = [
-        span
-        for line in spans_file.read_text().splitlines()
-        for resource in json.loads(line)["resourceSpans"]
-        for scope in resource["scopeSpans"]
-        for span in scope["spans"]
-    ]
+    spans = file_spans(spans_file)
     runs = [s for s in spans if s["name"] == "onnxruntime.run"]
     profiled = [
         s

@@ -28,7 +28,6 @@ import numpy.typing as npt
 from otel_ort.perf.records import ThreadRecords
 
 Array = npt.NDArray[np.float64]
-CONTEXT_SWITCHES = "context-switches"
 
 
 @dataclass(frozen=True, slots=True)

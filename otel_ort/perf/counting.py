@@ -81,7 +81,6 @@ class RunCounts:
     """What the worker puts on spans and in the Chrome JSON."""
 
     attribution: Attribution
-    units: dict[str, str]
     period_ns: int
     threads: int
     throttled: int
@@ -140,12 +139,10 @@ class PerfCounters:
         plan = self._plan
         assert plan is not None
         kinds = {self._time_alias: "time"}
-        units = {self._time_alias: "ns"}
-        for spec in self._selection.events:
-            if probe.from_switch_records(spec):
-                kinds[spec.alias], units[spec.alias] = "switches", spec.unit
-        for spec in plan.members:
-            kinds[spec.alias], units[spec.alias] = spec.kind, spec.unit
+        kinds.update(
+            (s.alias, "switches") for s in self._selection.events if probe.from_switch_records(s)
+        )
+        kinds.update((spec.alias, spec.kind) for spec in plan.members)
         runs, throttled, problems = [], 0, list(raw.problems)
         for thread in raw.threads:
             records = ThreadRecords()
@@ -175,7 +172,7 @@ class PerfCounters:
                 )
             )
         attribution = attribute(runs, windows, Counted(kinds, self._time_alias))
-        return RunCounts(attribution, units, plan.period_ns, len(runs), throttled, tuple(problems))
+        return RunCounts(attribution, plan.period_ns, len(runs), throttled, tuple(problems))
 
     @property
     def unavailable_events(self) -> list[str]:
