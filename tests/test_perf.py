@@ -6,6 +6,7 @@ instead: a clear warning, the run still profiled, the other counters complete.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import math
@@ -156,7 +157,13 @@ def test_a_node_on_one_thread_uses_about_its_wall_time(counter_factory: Any) -> 
 
 
 def faulting_run(counter_factory: Any, elements: int) -> RunCounts:
-    """A counted run of Adds over ``elements`` floats, the arena off: outputs fault."""
+    """A counted run of Adds over ``elements`` floats, the arena off: outputs fault.
+
+    glibc would otherwise raise its mmap threshold after the first run's frees and serve later
+    outputs from memory it kept (no faults, depending on what earlier tests did): a fixed
+    threshold (which turns the adjustment off) keeps every 8 MB output a fresh mapping."""
+    m_mmap_threshold = -3
+    assert ctypes.CDLL(None).mallopt(m_mmap_threshold, 1 << 20) == 1
     counter = counter_factory(
         add_chain(elements),
         (elements,),
