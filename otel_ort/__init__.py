@@ -5,7 +5,8 @@
 """
 
 from otel_ort.instrumentation import OrtInstrumentor, flush_profiles
+from otel_ort.pipeline import configure
 from otel_ort.sampling import profile_next_run
 from otel_ort.version import __version__
 
-__all__ = ["OrtInstrumentor", "__version__", "flush_profiles", "profile_next_run"]
+__all__ = ["OrtInstrumentor", "__version__", "configure", "flush_profiles", "profile_next_run"]

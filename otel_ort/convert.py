@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_ort.console import render_span_tree
 from otel_ort.delivery import SpanDelivery
 from otel_ort.export import OtlpJsonFileSpanExporter
+from otel_ort.pipeline import otlp_span_exporter
 from otel_ort.profiling import ProfileError, read_profile
 from otel_ort.spans import DEFAULT_MAX_NODE_SPANS, SpanBuilder
 
@@ -36,22 +37,6 @@ class ConvertOptions:
     max_node_spans: int = DEFAULT_MAX_NODE_SPANS
 
 
-def otlp_exporter(endpoint: str, protocol: str) -> SpanExporter:
-    """The standard OTLP span exporter for ``protocol`` (``grpc`` or ``http/protobuf``)."""
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter as GrpcExporter,
-        )
-
-        return GrpcExporter(endpoint=endpoint, insecure=endpoint.startswith("http://"))
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-        OTLPSpanExporter as HttpExporter,
-    )
-
-    base = endpoint.rstrip("/")
-    return HttpExporter(endpoint=base if base.endswith("/v1/traces") else base + "/v1/traces")
-
-
 def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | None = None) -> int:
     """Convert every file; report each on ``out`` (stdout); return the number that failed."""
     out = out or sys.stdout
@@ -60,7 +45,7 @@ def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | N
     memory = InMemorySpanExporter() if options.console else None
     exporters: list[SpanExporter] = [memory] if memory is not None else []
     if options.otlp_endpoint:
-        exporters.append(otlp_exporter(options.otlp_endpoint, options.protocol))
+        exporters.append(otlp_span_exporter(options.protocol, options.otlp_endpoint))
     if options.output:
         exporters.append(OtlpJsonFileSpanExporter(options.output))
     for exporter in exporters:

@@ -4,7 +4,9 @@ A profile is a burst of thousands of spans at once; the SDK's ``BatchSpanProcess
 2048 by default and silently drops the oldest when full. Before each span goes to a batch
 processor whose queue is full, the queue is flushed through its exporter in this thread
 (back-pressure: the caller waits, nothing is lost). Only a processor that cannot take spans
-at all (shut down) makes spans count as dropped. Other processors get every span directly.
+at all (shut down) makes spans count as dropped. Other processors get every span directly,
+except those marked ``takes_profile_spans = False`` (``otel_ort.configure()``'s processor for
+request spans, whose queue profile bursts must not fill).
 
 This reads the SDK's ``TracerProvider`` internals (its active span processor and, for batch
 processors, the queue): a provider that is not the SDK's cannot take finished spans.
@@ -38,6 +40,8 @@ class SpanDelivery:
         spans = list(spans)
         dropped = 0
         for processor in self._processors():
+            if not getattr(processor, "takes_profile_spans", True):
+                continue
             batch = getattr(processor, "_batch_processor", None)
             queue = getattr(batch, "_queue", None)
             capacity = getattr(batch, "_max_queue_size", None)

@@ -23,4 +23,4 @@ cycles, instructions where the CPU has a PMU), ``off``, a comma-separated list s
 
 OTEL_ORT_PERF_PERIOD_NS = "OTEL_ORT_PERF_PERIOD_NS"
 """Sampling period (ns of CPU time) for hardware counters; default: chosen from the measured
-cost of one sample so that sampling takes about 2% of the run."""
+cost of one sample so that sampling takes about 1% of the run."""

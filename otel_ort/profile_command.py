@@ -21,13 +21,13 @@ from typing import Any, TextIO
 
 import numpy as np
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanContext, format_span_id, format_trace_id
 
 from otel_ort.capi import CApi, CSession, OrtError, SessionConfig, UnsupportedValue, load_api
-from otel_ort.convert import otlp_exporter
 from otel_ort.delivery import SpanDelivery
+from otel_ort.pipeline import CountingSpanExporter, otlp_span_exporter
 from otel_ort.profiling.kept import publish_run, read_run
 from otel_ort.profiling.model import Profile
 from otel_ort.profiling.reader import ProfileError
@@ -388,29 +388,6 @@ class _Progress:
             print(f"profiled {done}/{self._total} runs", file=self._stream, flush=True)
 
 
-class _CountingExporter(SpanExporter):
-    """Forwards to an exporter, counting the spans it sent and those it failed to send."""
-
-    def __init__(self, inner: SpanExporter) -> None:
-        self.inner = inner
-        self.sent = 0
-        self.failed = 0
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        result = self.inner.export(spans)
-        if result is SpanExportResult.SUCCESS:
-            self.sent += len(spans)
-        else:
-            self.failed += len(spans)
-        return result
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self.inner.force_flush(timeout_millis)
-
-
 class _Exporting:
     """Sends each run's span tree as its own trace over OTLP."""
 
@@ -419,7 +396,8 @@ class _Exporting:
         self.endpoint = request.otlp_endpoint
         service = request.service_name or os.environ.get("OTEL_SERVICE_NAME") or "onnxruntime"
         self.provider = TracerProvider(resource=Resource.create({"service.name": service}))
-        self.exporter = _CountingExporter(otlp_exporter(self.endpoint, request.protocol))
+        inner = otlp_span_exporter(request.protocol, self.endpoint)
+        self.exporter = CountingSpanExporter(inner, self.endpoint, pause_s=0.0)
         self.provider.add_span_processor(BatchSpanProcessor(self.exporter))
         self.builder = SpanBuilder(self.provider)
         self.delivery = SpanDelivery(self.provider)

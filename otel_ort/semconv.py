@@ -97,6 +97,10 @@ PROFILE_OUTCOME: Final = "onnxruntime.profile.outcome"
 """``profiled`` or the skip reason."""
 METRIC_PROFILE_SPANS_DROPPED: Final = "onnxruntime.profile.spans.dropped"
 METRIC_PROFILE_FILES_DELETED: Final = "onnxruntime.profile.files.deleted"
+METRIC_SPANS_DROPPED: Final = "otel_ort.spans.dropped"
+"""Spans ``otel_ort.configure()``'s pipeline dropped, by ``otel_ort.stream`` and ``error.type``."""
+EXPORT_STREAM: Final = "otel_ort.stream"
+"""``requests`` (the tracer's spans) or ``profiles`` (node and kernel spans of profiled runs)."""
 
 # perf counters (``<alias>`` is the event's alias: ``perf.task-clock``, ``perf.cyc``)
 PERF_PREFIX: Final = "perf."

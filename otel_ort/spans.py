@@ -36,7 +36,9 @@ DEFAULT_MAX_NODE_SPANS = 10_000
 """Jaeger's UI slows down near 40k spans per trace and its default query returns 10k."""
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-_SCOPE = InstrumentationScope("otel_ort.profile", __version__)
+PROFILE_SCOPE_NAME = "otel_ort.profile"
+"""The instrumentation scope of node and kernel spans (export pipelines route by it)."""
+_SCOPE = InstrumentationScope(PROFILE_SCOPE_NAME, __version__)
 _SIZE_ARGS = ("output_size", "activation_size", "parameter_size")
 _MAX_SHAPES = 16
 

@@ -1,0 +1,224 @@
+"""``otel_ort.configure()``: the real OTLP exporters, to a real receiver on loopback."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from otel_ort import configure, flush_profiles, semconv
+from otel_ort.demo_model import mlp_model
+from otel_ort.pipeline import DropCounter, RequestSpanProcessor
+from tests.conftest import instrumentation
+from tests.otlp_receiver import OtlpReceiver
+from tests.test_otlp_export import attributes_of
+
+FEEDS = {"x": np.ones((2, 32), np.float32)}
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_traces_and_metrics_reach_the_endpoint(protocol: str, tmp_path: Path) -> None:
+    with OtlpReceiver() as receiver:
+        endpoint = receiver.grpc_endpoint if protocol == "grpc" else receiver.http_endpoint
+        telemetry = configure(
+            service_name="configured",
+            endpoint=endpoint,
+            protocol=protocol,
+            headers="x-tenant=ort,x-key=k1",
+            set_global=False,
+        )
+        assert telemetry.protocol == protocol
+        providers = {
+            "tracer_provider": telemetry.tracer_provider,
+            "meter_provider": telemetry.meter_provider,
+        }
+        with instrumentation(**providers, profile_sampler="always", profile_dir=tmp_path / "p"):
+            session = ort.InferenceSession(mlp_model(32, 3), providers=["CPUExecutionProvider"])
+            session.run(None, FEEDS)
+            assert flush_profiles(timeout=30)  # the twin is built and primed
+            session.run(None, FEEDS)  # profiled
+            assert flush_profiles(timeout=30)
+        telemetry.shutdown()  # flushes both providers
+        received = receiver.wait_for_spans(1 + 2 + 3)
+        assert semconv.METRIC_RUN_DURATION in receiver.metric_names()
+        headers = receiver.headers
+
+    assert telemetry.dropped() == {}
+    assert all(h.get("x-tenant") == "ort" and h.get("x-key") == "k1" for h in headers)
+    services = {
+        kv.value.string_value
+        for resource, _ in received
+        for kv in resource.attributes
+        if kv.key == "service.name"
+    }
+    assert services == {"configured"}
+    spans = [span for _, span in received]
+    (profiled,) = [s for s in spans if attributes_of(s).get(semconv.RUN_PROFILED) is True]
+    nodes = [s for s in spans if s.parent_span_id == profiled.span_id]
+    assert len(nodes) == 3
+    assert {s.trace_id for s in nodes} == {profiled.trace_id}
+    assert all(semconv.NODE_OP_TYPE in attributes_of(s) for s in nodes)
+
+
+def test_a_profile_burst_does_not_evict_request_spans(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Request spans have a queue of 64 here, a slow collector takes 30 ms per export, and
+    profiles deliver 20 x 60 node spans meanwhile (the first run builds the twin)."""
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "64")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "32")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
+    requests_per_thread, threads, profiled_runs, depth = 40, 4, 20, 60
+    with OtlpReceiver(delay_s=0.03) as receiver:
+        telemetry = configure(endpoint=receiver.grpc_endpoint, set_global=False)
+        tracer = telemetry.tracer_provider.get_tracer("test")
+        options = {"tracer_provider": telemetry.tracer_provider, "profile_dir": tmp_path / "p"}
+        with instrumentation(**options, profile_sampler="always"):
+            session = ort.InferenceSession(mlp_model(8, depth), providers=["CPUExecutionProvider"])
+            session.run(None, {"x": np.ones((1, 8), np.float32)})
+            assert flush_profiles(timeout=30)
+
+            def requests() -> None:
+                for _ in range(requests_per_thread):
+                    with tracer.start_as_current_span("request"):
+                        time.sleep(0.01)
+
+            workers = [threading.Thread(target=requests) for _ in range(threads)]
+            for worker in workers:
+                worker.start()
+            for _ in range(profiled_runs):
+                session.run(None, {"x": np.ones((1, 8), np.float32)})
+            for worker in workers:
+                worker.join()
+            assert flush_profiles(timeout=60)
+        telemetry.shutdown()
+        expected = threads * requests_per_thread + 1 + (1 + profiled_runs) + profiled_runs * depth
+        received = receiver.wait_for_spans(expected)
+
+    names = Counter(span.name for _, span in received)
+    assert telemetry.dropped() == {}
+    assert names["request"] == threads * requests_per_thread
+    assert names[semconv.SPAN_RUN] == 1 + profiled_runs
+    assert sum(names.values()) == expected
+
+
+def test_a_closed_endpoint_drops_are_counted_and_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    telemetry = configure(endpoint=f"http://127.0.0.1:{closed_port()}", set_global=False)
+    tracer = telemetry.tracer_provider.get_tracer("test")
+    with caplog.at_level(logging.WARNING, logger="otel_ort"):
+        for _ in range(5):
+            tracer.start_span("request").end()
+        telemetry.tracer_provider.force_flush()
+        assert telemetry.dropped() == {"requests.export_failed": 5}
+        # the next batches, moments later, are dropped without waiting for the timeout again
+        started = time.monotonic()
+        for _ in range(3):
+            tracer.start_span("request").end()
+        telemetry.tracer_provider.force_flush()
+        assert time.monotonic() - started < 0.5
+    assert telemetry.dropped() == {"requests.export_failed": 8}
+    logged = [r.getMessage() for r in caplog.records if r.name == "otel_ort"]
+    assert len(logged) == 1  # then at most once a minute
+    assert "5 of requests (export_failed)" in logged[0]
+    assert semconv.METRIC_SPANS_DROPPED in logged[0]
+    telemetry.shutdown()
+
+
+class _HeldExporter(SpanExporter):
+    """Exports nothing until released, as a collector that stopped reading would."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.exported = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.release.wait(10)
+        self.exported += len(spans)
+        return SpanExportResult.SUCCESS
+
+
+def test_a_full_request_queue_counts_every_dropped_span(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "8")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4")
+    exporter = _HeldExporter()
+    drops = DropCounter()
+    provider = TracerProvider()
+    provider.add_span_processor(RequestSpanProcessor(exporter, drops))
+    tracer = provider.get_tracer("test")
+    for _ in range(40):
+        tracer.start_span("request").end()
+    exporter.release.set()
+    provider.shutdown()
+    dropped = drops.counts()["requests.queue_full"]
+    assert dropped > 0
+    assert exporter.exported + dropped == 40
+
+
+def test_drops_are_a_metric_by_stream_and_reason() -> None:
+    reader = InMemoryMetricReader()
+    drops = DropCounter(MeterProvider(metric_readers=[reader]))
+    drops.add("profiles", "export_failed", 7, "test")
+    drops.add("requests", "queue_full", 2, "test")
+    data = reader.get_metrics_data()
+    assert data is not None
+    (metric,) = [
+        metric
+        for resource_metrics in data.resource_metrics
+        for scope_metrics in resource_metrics.scope_metrics
+        for metric in scope_metrics.metrics
+    ]
+    assert metric.name == semconv.METRIC_SPANS_DROPPED
+    points = {
+        tuple(sorted(dict(p.attributes or {}).items())): p.value
+        for p in metric.data.data_points
+        if isinstance(p, NumberDataPoint)
+    }
+    stream, reason = semconv.EXPORT_STREAM, semconv.ERROR_TYPE
+    assert points == {
+        ((reason, "export_failed"), (stream, "profiles")): 7,
+        ((reason, "queue_full"), (stream, "requests")): 2,
+    }
+    assert drops.counts() == {"profiles.export_failed": 7, "requests.queue_full": 2}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"protocol": "http/json"}, "OTLP protocol 'http/json' is not supported: use one of grpc"),
+        ({"headers": "x-key"}, "OTLP header 'x-key' is not key=value"),
+        ({"profile_queue_size": 0}, "profile_queue_size must be at least 1"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        configure(set_global=False, **kwargs)  # type: ignore[arg-type]
+
+
+def test_an_existing_sdk_set_up_is_not_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
+    existing = TracerProvider()
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: existing)
+    with pytest.raises(RuntimeError, match=r"already set .* remove the configure"):
+        configure()
