@@ -196,6 +196,7 @@ def configure(
     insecure: bool | None = None,
     *,
     profile_queue_size: int = PROFILE_QUEUE_SIZE,
+    metrics_export: bool | None = None,
     set_global: bool = True,
 ) -> Telemetry:
     """Export traces and metrics over OTLP, and make them the global providers.
@@ -205,7 +206,9 @@ def configure(
     ``..._INSECURE``; ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_BSP_*``,
     ``OTEL_METRIC_EXPORT_INTERVAL``), then to OTLP/gRPC on ``localhost:4317``. For HTTP,
     ``endpoint`` is the base URL (``http://host:4318``): ``/v1/traces`` and ``/v1/metrics``
-    are added. Under ``opentelemetry-instrument`` this is not needed (and refused).
+    are added. ``metrics_export=False`` (or ``OTEL_METRICS_EXPORTER=none``) keeps metrics in
+    the process (for backends that take traces only). Under ``opentelemetry-instrument`` this
+    is not needed (and refused).
     """
     chosen = _protocol(protocol)
     if profile_queue_size < 1:
@@ -219,12 +222,14 @@ def configure(
         )
     attributes = {SERVICE_NAME: service_name} if service_name else {}
     resource = Resource.create(attributes)
-    meter_provider = MeterProvider(
-        resource=resource,
-        metric_readers=[
-            PeriodicExportingMetricReader(_metric_exporter(chosen, endpoint, header_dict, insecure))
-        ],
+    if metrics_export is None:
+        metrics_export = os.environ.get("OTEL_METRICS_EXPORTER", "").strip() != "none"
+    readers = (
+        [PeriodicExportingMetricReader(_metric_exporter(chosen, endpoint, header_dict, insecure))]
+        if metrics_export
+        else []
     )
+    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
     drops = DropCounter(meter_provider)
     target = _target(chosen, endpoint)
     tracer_provider = TracerProvider(resource=resource)
