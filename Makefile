@@ -8,8 +8,9 @@ STAMP := $(VENV)/.installed-stamp
 PHOENIX_VENV := .venv-phoenix
 PHOENIX_VERSION := 20.26.1
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint unit e2e e2e-phoenix up down bench clean
+.PHONY: demo test lint unit e2e e2e-phoenix browser up down bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +37,12 @@ lint: $(STAMP)  ## fast stage, part 1: ruff (lint + format) and mypy
 unit: $(STAMP)  ## fast stage, part 2: in-process tests (seconds)
 	$(BIN)/pytest -m "not e2e and not phoenix" -q
 
-e2e: $(STAMP)  ## slow end-to-end stage: subprocesses, opentelemetry-instrument, OTLP over sockets
+e2e: $(STAMP) browser  ## slow end-to-end stage: subprocesses, examples, OTLP over sockets, the HTML report in chromium
 	$(BIN)/pytest -m e2e -q
+
+browser:  ## Debian's chromium for the report's browser tests, installed when missing
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium >/dev/null; }
 
 e2e-phoenix: $(STAMP) $(PHOENIX_STAMP)  ## end-to-end stage against Arize Phoenix (a real OTLP backend the tests start)
 	OTEL_ORT_PHOENIX=$(PHOENIX_VENV)/bin/phoenix $(BIN)/pytest -m phoenix -q

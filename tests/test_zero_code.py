@@ -1,4 +1,6 @@
-"""`opentelemetry-instrument python script.py` on a plain ORT script, exporting over OTLP/gRPC."""
+"""`opentelemetry-instrument python examples/zero_code/app.py`: a plain ORT script with no
+OpenTelemetry code, traced (and profiled, from the environment alone) over OTLP/gRPC, as
+``examples/zero_code/README.md`` runs it."""
 
 from __future__ import annotations
 
@@ -11,36 +13,28 @@ import pytest
 
 from otel_ort import semconv
 from tests.otlp_receiver import OtlpReceiver
+from tests.test_otlp_export import attributes_of
 
 pytestmark = pytest.mark.e2e
 
-SCRIPT = """
-import sys
-import numpy as np
-import onnxruntime as ort
-
-session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
-for _ in range(3):
-    session.run(None, {"x": np.ones((1, 32), np.float32)})
-print("ran")
-"""
+APP = Path(__file__).resolve().parents[1] / "examples" / "zero_code" / "app.py"
 
 
-def run_instrumented(script: Path, model: Path, endpoint: str, **env: str) -> str:
+def run_instrumented(model: Path, endpoint: str, *app_args: str, **env: str) -> str:
     instrument = Path(sys.executable).with_name("opentelemetry-instrument")
     environment = {
-        **os.environ,
+        **{key: value for key, value in os.environ.items() if not key.startswith("OTEL_")},
         "OTEL_SERVICE_NAME": "zero-code",
-        "OTEL_TRACES_EXPORTER": "otlp",
-        "OTEL_METRICS_EXPORTER": "none",
         "OTEL_LOGS_EXPORTER": "none",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
         "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
         "OTEL_EXPORTER_OTLP_INSECURE": "true",
         **env,
     }
+    # the command line of examples/zero_code/README.md
+    command = [str(instrument), "--traces_exporter", "otlp", "--metrics_exporter", "otlp"]
     completed = subprocess.run(
-        [str(instrument), sys.executable, str(script), str(model)],
+        [*command, sys.executable, str(APP), str(model), *app_args],
         env=environment,
         capture_output=True,
         text=True,
@@ -51,27 +45,71 @@ def run_instrumented(script: Path, model: Path, endpoint: str, **env: str) -> st
     return completed.stdout
 
 
-def test_opentelemetry_instrument_traces_a_plain_ort_script(tmp_path: Path, mlp_path: Path) -> None:
-    script = tmp_path / "app.py"
-    script.write_text(SCRIPT)
+def test_opentelemetry_instrument_traces_a_plain_ort_script(mlp_path: Path) -> None:
     with OtlpReceiver() as receiver:
-        assert run_instrumented(script, mlp_path, receiver.grpc_endpoint).strip() == "ran"
+        stdout = run_instrumented(
+            mlp_path,
+            receiver.grpc_endpoint,
+            "--runs=3",
+            "--interval=0",
+        )
+        assert stdout.strip() == "ran 3 runs: y float32[1, 32]"
         received = receiver.wait_for_spans(4)
+        metric_names = receiver.metric_names()
     names = sorted(span.name for _, span in received)
     assert names == [semconv.SPAN_RUN] * 3 + [semconv.SPAN_SESSION_CREATE]
     resource = received[0][0]
     service = {kv.key: kv.value.string_value for kv in resource.attributes}["service.name"]
     assert service == "zero-code"
+    assert semconv.METRIC_RUN_DURATION in metric_names
 
 
-def test_disabled_instrumentations_env_switches_it_off(tmp_path: Path, mlp_path: Path) -> None:
-    script = tmp_path / "app.py"
-    script.write_text(SCRIPT)
+def test_disabled_instrumentations_env_switches_it_off(mlp_path: Path) -> None:
     with OtlpReceiver() as receiver:
         run_instrumented(
-            script,
             mlp_path,
             receiver.grpc_endpoint,
+            "--runs=3",
+            "--interval=0",
             OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="onnxruntime",
         )
         assert receiver.wait_for_spans(1, timeout=2) == []
+
+
+def test_profile_sampler_env_profiles_with_no_code(tmp_path: Path, mlp_path: Path) -> None:
+    """``OTEL_ORT_PROFILE_SAMPLER=every:10``: run 10 is selected and starts building the twin
+    (``twin_not_ready``); runs 20, 30 and 40 are profiled once it is ready (the script pauses
+    50 ms between runs, as an application would do other work)."""
+    profiles = tmp_path / "profiles"
+    with OtlpReceiver() as receiver:
+        run_instrumented(
+            mlp_path,
+            receiver.grpc_endpoint,
+            "--runs=40",
+            "--interval=0.05",
+            OTEL_ORT_PROFILE_SAMPLER="every:10",
+            OTEL_ORT_PROFILE_DIR=str(profiles),
+        )
+        spans = [span for _, span in receiver.spans()]
+    runs = sorted(
+        (s for s in spans if s.name == semconv.SPAN_RUN), key=lambda s: s.start_time_unix_nano
+    )
+    assert len(runs) == 40
+    outcomes = {}
+    for number, run in enumerate(runs, 1):
+        attributes = attributes_of(run)
+        if attributes[semconv.RUN_PROFILED]:
+            outcomes[number] = "profiled"
+        elif semconv.PROFILE_SKIP_REASON in attributes:
+            outcomes[number] = attributes[semconv.PROFILE_SKIP_REASON]
+    assert set(outcomes) == {10, 20, 30, 40}  # every 10th run selected, no other
+    assert outcomes[10] == semconv.SKIP_TWIN_NOT_READY
+    profiled = [runs[number - 1] for number, outcome in outcomes.items() if outcome == "profiled"]
+    assert profiled, f"no run profiled: {outcomes}"
+    assert outcomes[40] == "profiled"  # 1.5 s after run 10: the twin is long ready
+    for run in profiled:  # node spans under each profiled run, its Chrome JSON on disk
+        nodes = [s for s in spans if s.parent_span_id == run.span_id]
+        assert len(nodes) == attributes_of(run)[semconv.RUN_NODE_COUNT] > 0
+        assert all(semconv.NODE_OP_TYPE in attributes_of(node) for node in nodes)
+        assert Path(attributes_of(run)[semconv.PROFILE_FILE]).parent == profiles
+    assert len(list(profiles.glob("otel-ort_*.json"))) == len(profiled)
