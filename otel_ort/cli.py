@@ -24,9 +24,14 @@ def main(argv: list[str] | None = None) -> int:
         "--output-dir",
         type=Path,
         default=Path("otel-ort-demo"),
-        help="where the model and the spans file go (default: ./otel-ort-demo)",
+        help="where the model, spans, profiles and report go (default: ./otel-ort-demo)",
     )
     demo.add_argument("--requests", type=int, default=20, help="number of requests (default 20)")
+    demo.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="also send the spans over OTLP/gRPC, e.g. http://localhost:4317 (`make up`)",
+    )
 
     convert = commands.add_parser(
         "convert", help="replay ORT profile files as traces: one per run, a span per node"
@@ -49,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     summary.add_argument("profile", metavar="PROFILE.json")
     summary.add_argument("--top", type=int, default=15, help="rows of the top-nodes table")
     _add_profile_parser(commands)
+    _add_report_parser(commands)
     args = parser.parse_args(argv)
 
     if args.command == "convert":
@@ -57,13 +63,15 @@ def main(argv: list[str] | None = None) -> int:
         return _summary(args)
     if args.command == "profile":
         return _profile(parser, args)
+    if args.command == "report":
+        return _report(parser, args)
     if args.command == "demo":
         from otel_ort.demo import run_demo
 
         if args.requests < 1:
             parser.error("--requests must be at least 1")
         try:
-            run_demo(args.output_dir, args.requests)
+            run_demo(args.output_dir, args.requests, otlp_endpoint=args.otlp_endpoint)
         except (RuntimeError, OSError) as exc:
             print(f"otel-ort demo: {exc}", file=sys.stderr)
             return 1
@@ -154,6 +162,74 @@ def _profile(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         service_name=args.service_name,
     )
     return run_profile(request)
+
+
+def _add_report_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    from otel_ort.report import DEFAULT_TOP
+
+    report = commands.add_parser(
+        "report",
+        help="a profile as one self-contained HTML page: timeline, time per op type, top nodes",
+    )
+    report.add_argument("profile", metavar="PROFILE.json")
+    report.add_argument(
+        "-o",
+        "--output",
+        metavar="REPORT.html",
+        help="where the page goes (default: ./<profile name>.html; a directory: that file in it)",
+    )
+    report.add_argument(
+        "--run",
+        type=int,
+        metavar="N",
+        help="the run shown first, from 0 (default: the first with events); "
+        "the page's run picker switches runs of a session-level file",
+    )
+    report.add_argument(
+        "--top",
+        type=int,
+        default=DEFAULT_TOP,
+        help=f"rows of the top-nodes table (default {DEFAULT_TOP})",
+    )
+    report.add_argument(
+        "--perf",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="perf counter columns and details: shown whenever the file has them; --perf "
+        "also says so when it has none, --no-perf leaves them out",
+    )
+
+
+def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from otel_ort.report import ReportError, build_report, default_output, save_report
+
+    if args.top < 1:
+        parser.error("--top must be at least 1")
+    try:
+        report = build_report(args.profile, perf=args.perf, top=args.top, run=args.run)
+    except ReportError as exc:
+        print(f"otel-ort report: {exc}", file=sys.stderr)
+        return 1
+    out = args.output or default_output(args.profile)
+    try:
+        target = save_report(report, args.profile, out)
+    except OSError as exc:
+        print(
+            f"otel-ort report: cannot write {out} ({exc.strerror or exc}): "
+            "pick a writable place with -o",
+            file=sys.stderr,
+        )
+        return 1
+    for note in report.notes:
+        print(f"otel-ort report: note: {note}", file=sys.stderr)
+    size = len(report.html.encode()) / 1024
+    print(
+        f"{target}: run {report.run} of {report.runs} ({report.nodes} nodes), {size:,.0f} KiB, "
+        "self-contained: open it in a browser"
+    )
+    return 0
 
 
 if __name__ == "__main__":

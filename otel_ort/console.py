@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
@@ -26,6 +26,7 @@ _SHOWN_BY_NAME = {
     },
 }
 _MAX_VALUE = 60
+_TIME_ALIASES = ("task-clock", "cpu-clock")  # counted in ns
 
 
 def render_span_tree(spans: Iterable[ReadableSpan], max_children: int = 8) -> str:
@@ -84,6 +85,20 @@ def _line(span: ReadableSpan, prefix: str) -> str:
             if len(text) > _MAX_VALUE:
                 text = text[: _MAX_VALUE - 1] + "…"
             details.append(f"{short}={text}")
+    if semconv.NODE_OP_TYPE in (span.attributes or {}):
+        details.extend(_perf_details(span.attributes or {}))
     if span.status.status_code is StatusCode.ERROR:
         details.append("status=ERROR")
     return f"{label:<48} {duration_ms:9.3f} ms  {' '.join(details)}".rstrip()
+
+
+def _perf_details(attributes: Mapping[str, object]) -> list[str]:
+    """A node's perf counts (``perf.<alias>``), CPU time in µs."""
+    details = []
+    for key, value in attributes.items():
+        alias = key.removeprefix(semconv.PERF_PREFIX)
+        if alias == key or "." in alias or not isinstance(value, int | float):
+            continue
+        text = f"{value / 1e3:.1f}µs" if alias in _TIME_ALIASES else f"{value:g}"
+        details.append(f"{alias}={text}")
+    return details

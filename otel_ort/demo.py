@@ -1,103 +1,229 @@
-"""The main job on the embedded default: an instrumented session, its spans and metrics.
+"""The main job on the embedded default: the whole product on a small built-in model.
 
-``otel-ort demo`` builds a small MLP, instruments ONNX Runtime with in-process SDK providers,
-serves a few "requests" (one of them failing on purpose), prints the span tree and a latency
-table, and writes every span to an OTLP/JSON lines file. No server is needed.
+``otel-ort demo`` builds a small MLP and instruments ONNX Runtime with in-process SDK
+providers. It serves a few "requests" (one of them failing on purpose), profiles every 5th
+run and one on demand, and prints the job's span tree, one profiled run node by node with
+its perf counters, and the latency and profiling tables. It keeps every span in an
+OTLP/JSON lines file, each profile's Chrome JSON and an HTML report of the last one. No
+server is needed; ``otlp_endpoint`` also sends the spans to a collector.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 import numpy as np
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import (
+    HistogramDataPoint,
+    InMemoryMetricReader,
+    NumberDataPoint,
+)
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Tracer
 
 from otel_ort import semconv
 from otel_ort.console import render_span_tree
 from otel_ort.demo_model import mlp_model
 from otel_ort.export import OtlpJsonFileSpanExporter
-from otel_ort.instrumentation import OrtInstrumentor
+from otel_ort.instrumentation import OrtInstrumentor, flush_profiles
+from otel_ort.pipeline import Telemetry, configure
+from otel_ort.report import write_report
+from otel_ort.sampling import EveryNth, profile_next_run
 from otel_ort.tables import format_table
 
 SERVICE_NAME = "otel-ort-demo"
+PROFILE_EVERY = 5
 
 
-def run_demo(output_dir: Path, requests: int = 20, out: TextIO | None = None) -> Path:
+@dataclass
+class _Telemetry:
+    """The demo's in-process providers; spans also go to a file, and over OTLP if asked."""
+
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+    spans: InMemorySpanExporter
+    metrics: InMemoryMetricReader
+    otlp: Telemetry | None
+
+
+def run_demo(
+    output_dir: Path,
+    requests: int = 20,
+    out: TextIO | None = None,
+    otlp_endpoint: str | None = None,
+) -> Path:
     """Run the demo, reporting on ``out`` (stdout); return the path of the spans file."""
     out = out or sys.stdout
-    import onnxruntime as ort
-
     output_dir.mkdir(parents=True, exist_ok=True)
     model_path = output_dir / "mlp.onnx"
-    model_path.write_bytes(mlp_model(width=256, depth=4))
+    model_path.write_bytes(mlp_model(width=256, depth=6))
     spans_path = output_dir / "spans.otlp.jsonl"
     spans_path.unlink(missing_ok=True)
-
-    resource = Resource.create({"service.name": SERVICE_NAME})
-    tracer_provider = TracerProvider(resource=resource)
-    file_exporter = OtlpJsonFileSpanExporter(spans_path)
-    tracer_provider.add_span_processor(BatchSpanProcessor(file_exporter))
-    in_memory = InMemorySpanExporter()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(in_memory))
-    metric_reader = InMemoryMetricReader()
-    meter_provider = MeterProvider(metric_readers=[metric_reader], resource=resource)
+    telemetry = _telemetry(spans_path, otlp_endpoint)
 
     instrumentor = OrtInstrumentor()
-    instrumentor.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
-    tracer = tracer_provider.get_tracer("otel_ort.demo")
-    rng = np.random.default_rng(0)
+    instrumentor.instrument(
+        tracer_provider=telemetry.tracer_provider,
+        meter_provider=telemetry.meter_provider,
+        profile_sampler=EveryNth(PROFILE_EVERY),
+        profile_dir=output_dir / "profiles",
+    )
     try:
-        with tracer.start_as_current_span("demo.job"):
-            session = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
-            for index in range(requests):
-                with tracer.start_as_current_span("demo.request") as request:
-                    request.set_attribute("demo.request.index", index)
-                    batch = rng.standard_normal((8, 256), dtype=np.float32)
-                    session.run(None, {"x": batch})
-            with tracer.start_as_current_span("demo.bad_request"):
-                try:  # a wrong shape: ORT raises, the span records it, the caller sees ORT's error
-                    session.run(None, {"x": np.zeros((8, 3), np.float32)})
-                except Exception as exc:
-                    print(f"a bad request failed as ORT intended: {type(exc).__name__}", file=out)
+        _serve(model_path, telemetry.tracer_provider.get_tracer("otel_ort.demo"), requests, out)
+        flush_profiles()
     finally:
         instrumentor.uninstrument()
-        tracer_provider.shutdown()
+        telemetry.tracer_provider.shutdown()
 
+    spans = telemetry.spans.get_finished_spans()
     print(f"\nSpan tree ({requests} requests, one failing on purpose):\n", file=out)
-    print(render_span_tree(in_memory.get_finished_spans(), max_children=4), file=out)
+    print(render_span_tree(spans, max_children=4), file=out)
+    profiled = [s for s in spans if (s.attributes or {}).get(semconv.RUN_PROFILED) is True]
+    if profiled:
+        _print_profiled_run(profiled[-1], spans, out)
     print("\nRun latency, from the onnxruntime.run.duration histogram:\n", file=out)
-    print(_latency_table(metric_reader), file=out)
-    print(f"\nmodel:  {model_path}", file=out)
-    print(f"spans:  {spans_path}  (OTLP/JSON lines, one export batch per line)", file=out)
+    print(_latency_table(telemetry.metrics), file=out)
+    print("\nRuns selected for profiling, from the onnxruntime.profile.runs counter:\n", file=out)
+    print(_outcome_table(telemetry.metrics), file=out)
+    print(
+        "(twin_not_ready: the first selected run starts building the session's profiling twin;"
+        "\n twin_error: the twin failed, as the bad request does, and ORT's own run then raised"
+        " as usual)",
+        file=out,
+    )
+    print(f"\nmodel:    {model_path}", file=out)
+    print(f"spans:    {spans_path}  (OTLP/JSON lines, one export batch per line)", file=out)
+    if profiled:
+        _print_profile_files(profiled, output_dir, out)
+    _print_export(telemetry.otlp, out)
     return spans_path
 
 
-def _latency_table(reader: InMemoryMetricReader) -> str:
-    rows = [("model", "provider", "error.type", "runs", "mean ms")]
+def _telemetry(spans_path: Path, otlp_endpoint: str | None) -> _Telemetry:
+    resource = Resource.create({"service.name": SERVICE_NAME})
+    otlp = (
+        configure(SERVICE_NAME, otlp_endpoint, metrics_export=False, set_global=False)
+        if otlp_endpoint
+        else None
+    )
+    tracer_provider = otlp.tracer_provider if otlp else TracerProvider(resource=resource)
+    tracer_provider.add_span_processor(BatchSpanProcessor(OtlpJsonFileSpanExporter(spans_path)))
+    spans = InMemorySpanExporter()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    metrics = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[metrics], resource=resource)
+    return _Telemetry(tracer_provider, meter_provider, spans, metrics, otlp)
+
+
+def _serve(model_path: Path, tracer: Tracer, requests: int, out: TextIO) -> None:
+    """The demo's job: a session, ``requests`` requests and a bad one, each in its span."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(0)
+    with tracer.start_as_current_span("demo.job"):
+        session = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+        for index in range(requests):
+            with tracer.start_as_current_span("demo.request") as request:
+                request.set_attribute("demo.request.index", index)
+                feeds = {"x": rng.standard_normal((8, 256), dtype=np.float32)}
+                if index == 0:  # on demand; this first one builds the session's twin
+                    with profile_next_run():
+                        session.run(None, feeds)
+                    flush_profiles()  # a service would not wait: its next runs would
+                else:
+                    session.run(None, feeds)
+        with tracer.start_as_current_span("demo.bad_request"):
+            try:  # a wrong shape: ORT raises, the span records it, the caller sees ORT's error
+                session.run(None, {"x": np.zeros((8, 3), np.float32)})
+            except Exception as exc:
+                print(f"a bad request failed as ORT intended: {type(exc).__name__}", file=out)
+
+
+def _print_profile_files(profiled: Sequence[ReadableSpan], output_dir: Path, out: TextIO) -> None:
+    """Where the profiles are, and the HTML report of the last one."""
+    chrome = str((profiled[-1].attributes or {})[semconv.PROFILE_FILE])
+    report = write_report(chrome, output_dir / "report.html", perf=True)
+    print(f"profiles: {len(profiled)} in {output_dir / 'profiles'}", file=out)
+    print(f"  last:   {chrome}  (Chrome trace: ui.perfetto.dev or chrome://tracing)", file=out)
+    print(f"report:   {report}  (open in a browser: timeline, op types, top nodes)", file=out)
+
+
+def _print_export(otlp: Telemetry | None, out: TextIO) -> None:
+    if otlp is not None:
+        lost = otlp.dropped()
+        print(f"OTLP:     sent to {otlp.endpoint}; dropped: {lost or 'none'}", file=out)
+        return
+    print(
+        "\nTo see the same in Jaeger or Grafana Tempo: `make up` (docker compose: collector, "
+        "Jaeger, Tempo,\nPrometheus, Grafana), then `otel-ort demo --otlp-endpoint "
+        "http://localhost:4317` and open\nJaeger at http://localhost:16686 (service "
+        f"{SERVICE_NAME}) or Grafana at http://localhost:3000.",
+        file=out,
+    )
+
+
+def _print_profiled_run(run: ReadableSpan, spans: Sequence[ReadableSpan], out: TextIO) -> None:
+    """The run's span tree, node by node with its perf counters, and what perf could not count."""
+    run_id = run.context.span_id if run.context else None
+    nodes = [s for s in spans if s.parent is not None and s.parent.span_id == run_id]
+    print("\nOne profiled run, a span per node, perf counters per node:\n", file=out)
+    print(render_span_tree([run, *nodes], max_children=len(nodes) + 1), file=out)
+    attributes = run.attributes or {}
+    counted = sorted(
+        key.removeprefix(semconv.PERF_PREFIX)
+        for key, value in attributes.items()
+        if key.startswith(semconv.PERF_PREFIX)
+        and key.count(".") == 1
+        and key not in (semconv.PERF_THREADS, semconv.PERF_SAMPLE_PERIOD_NS)
+        and isinstance(value, int | float)
+    )
+    print(f"\nperf counters: {', '.join(counted) or 'none'}", file=out)
+    unavailable = attributes.get(semconv.PERF_UNAVAILABLE, ())
+    for line in unavailable if isinstance(unavailable, tuple | list) else ():
+        print(f"  not counted: {line}", file=out)
+
+
+def _points(reader: InMemoryMetricReader, name: str) -> Iterator[object]:
+    """The data points of metric ``name`` collected so far."""
     data = reader.get_metrics_data()
     for resource_metrics in data.resource_metrics if data else ():
         for scope_metrics in resource_metrics.scope_metrics:
             for metric in scope_metrics.metrics:
-                if metric.name != semconv.METRIC_RUN_DURATION:
-                    continue
-                for point in metric.data.data_points:
-                    if isinstance(point, HistogramDataPoint):
-                        attributes = point.attributes or {}
-                        rows.append(
-                            (
-                                os.path.basename(str(attributes.get(semconv.MODEL_PATH, ""))),
-                                str(attributes.get(semconv.SESSION_PROVIDER, "")),
-                                str(attributes.get(semconv.ERROR_TYPE, "-")),
-                                str(point.count),
-                                f"{point.sum / max(point.count, 1) * 1e3:.3f}",
-                            )
-                        )
+                if metric.name == name:
+                    yield from metric.data.data_points
+
+
+def _latency_table(reader: InMemoryMetricReader) -> str:
+    rows = [("model", "provider", "profiled", "error.type", "runs", "mean ms")]
+    for point in _points(reader, semconv.METRIC_RUN_DURATION):
+        if isinstance(point, HistogramDataPoint):
+            attributes = point.attributes or {}
+            rows.append(
+                (
+                    os.path.basename(str(attributes.get(semconv.MODEL_PATH, ""))),
+                    str(attributes.get(semconv.SESSION_PROVIDER, "")),
+                    str(attributes.get(semconv.RUN_PROFILED, "")).lower(),
+                    str(attributes.get(semconv.ERROR_TYPE, "-")),
+                    str(point.count),
+                    f"{point.sum / max(point.count, 1) * 1e3:.3f}",
+                )
+            )
+    return format_table(rows)
+
+
+def _outcome_table(reader: InMemoryMetricReader) -> str:
+    rows = [("outcome", "runs")]
+    for point in _points(reader, semconv.METRIC_PROFILE_RUNS):
+        if isinstance(point, NumberDataPoint):
+            outcome = (point.attributes or {}).get(semconv.PROFILE_OUTCOME, "")
+            rows.append((str(outcome), str(point.value)))
     return format_table(rows)

@@ -10,6 +10,7 @@ import pytest
 
 from otel_ort import semconv
 from tests.conftest import file_spans
+from tests.otlp_receiver import OtlpReceiver
 
 pytestmark = pytest.mark.e2e
 
@@ -24,7 +25,17 @@ def test_demo_prints_span_tree_and_writes_otlp_json(tmp_path: Path) -> None:
     assert "├─ onnxruntime.session.create" in out
     assert "│  └─ onnxruntime.run" in out
     assert "error=InvalidArgument status=ERROR" in out
-    assert "| mlp.onnx | CPUExecutionProvider | InvalidArgument |    1 |" in out
+    assert "| mlp.onnx | CPUExecutionProvider | false    | InvalidArgument |    1 |" in out
+    # one profiled run, node by node, with its perf counters
+    assert "One profiled run, a span per node, perf counters per node:" in out
+    assert "op=FusedGemm task-clock=" in out
+    assert "perf counters: context-switches, page-faults, task-clock" in out
+    assert "| profiled       |    3 |" in out
+    chrome = Path(out.split("  last:   ")[1].split()[0])
+    assert chrome.parent == tmp_path / "profiles" and chrome.exists()
+    report = tmp_path / "report.html"
+    assert f"report:   {report}" in out and "<svg" in report.read_text()
+    assert "otel-ort demo --otlp-endpoint http://localhost:4317" in out
 
     spans = file_spans(tmp_path / "spans.otlp.jsonl")
     runs = [s for s in spans if s["name"] == semconv.SPAN_RUN]
@@ -32,6 +43,9 @@ def test_demo_prints_span_tree_and_writes_otlp_json(tmp_path: Path) -> None:
     assert len(runs) == 21 and len(requests) == 20
     ok_runs = [s for s in runs if s["parentSpanId"] in requests]
     assert len(ok_runs) == 20
+    run_ids = {s["spanId"] for s in runs}
+    nodes = [s for s in spans if s.get("parentSpanId") in run_ids]
+    assert len(nodes) == 3 * 6  # three profiled runs of six (fused) nodes
     assert all(len(s["traceId"]) == 32 and len(s["spanId"]) == 16 for s in spans)
     assert {s["traceId"] for s in spans} == {runs[0]["traceId"]}
 
@@ -43,3 +57,21 @@ def test_demo_rejects_bad_arguments() -> None:
     )  # fmt: skip
     assert completed.returncode == 2
     assert "--requests must be at least 1" in completed.stderr
+
+
+def test_demo_sends_the_same_spans_over_otlp(tmp_path: Path) -> None:
+    with OtlpReceiver() as receiver:
+        completed = subprocess.run(
+            [str(Path(sys.executable).with_name("otel-ort")), "demo", "--output-dir",
+             str(tmp_path), "--otlp-endpoint", receiver.grpc_endpoint],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert completed.returncode == 0, completed.stderr
+        received = receiver.wait_for_spans(62)
+    assert f"OTLP:     sent to {receiver.grpc_endpoint}; dropped: none" in completed.stdout
+    in_file = file_spans(tmp_path / "spans.otlp.jsonl")
+    assert sorted(span.span_id.hex() for _, span in received) == sorted(
+        span["spanId"] for span in in_file
+    )
+    services = {kv.value.string_value for r, _ in received for kv in r.attributes}
+    assert "otel-ort-demo" in services

@@ -65,6 +65,7 @@ def test_wheel_ships_py_typed_and_entry_point(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         assert "otel_ort/py.typed" in names
+        assert "otel_ort/report/static/report.js" in names  # the page is package data
         (entry_points_txt,) = [n for n in names if n.endswith("entry_points.txt")]
         text = archive.read(entry_points_txt).decode()
     assert "[opentelemetry_instrumentor]\nonnxruntime = otel_ort:OrtInstrumentor" in text

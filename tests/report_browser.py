@@ -1,0 +1,117 @@
+"""Headless Debian chromium driven by playwright, for the report's browser tests.
+
+No browser is downloaded: the test stage installs Debian's ``chromium`` (``apt-get install
+chromium``), and playwright drives that binary. When it is missing the browser tests are
+skipped on a developer's machine and fail in CI (``$CI`` set), where a skip would hide them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = os.environ.get("OTEL_ORT_CHROMIUM", "/usr/bin/chromium")
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+RENDER_TIMEOUT_MS = 30_000
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set, so the browser tests must run)", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_chromium() -> str:
+    """The chromium binary, or skip (fail in CI) saying how to install it."""
+    if not (os.access(CHROMIUM, os.X_OK) or shutil.which(CHROMIUM)):
+        _unavailable(
+            f"no chromium at {CHROMIUM}: install it (apt-get install chromium) or point "
+            "$OTEL_ORT_CHROMIUM at one"
+        )
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        _unavailable("the playwright package is missing: pip install -e '.[dev]'")
+    return CHROMIUM
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """A headless chromium (playwright ``Browser``)."""
+    executable = require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@dataclass
+class OpenedReport:
+    """A report open in a page, with everything the page asked the network for."""
+
+    page: Any
+    requests: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    """Uncaught exceptions and console errors (CSP violations among them)."""
+    rendered_ms: float = 0.0
+    """From navigation start to the page's rendered marker."""
+
+    def count(self, selector: str) -> int:
+        return int(self.page.locator(selector).count())
+
+    def close(self) -> None:
+        self.page.close()
+
+
+def open_report(browser: Any, path: Path, width: int = 1400, height: int = 900) -> OpenedReport:
+    """Open ``path`` and wait until the page says it has rendered."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    opened = OpenedReport(page)
+    page.on("request", lambda request: opened.requests.append(request.url))
+    page.on("pageerror", lambda error: opened.errors.append(f"page error: {error}"))
+    page.on(
+        "console",
+        lambda message: (
+            opened.errors.append(f"console: {message.text}") if message.type == "error" else None
+        ),
+    )
+    page.goto(path.resolve().as_uri())
+    page.wait_for_function(
+        "document.body.dataset.rendered || document.body.dataset.renderError",
+        timeout=RENDER_TIMEOUT_MS,
+    )
+    error = page.evaluate("document.body.dataset.renderError")
+    assert not error, f"the report failed to render: {error}; {opened.errors}"
+    opened.rendered_ms = float(page.evaluate("document.body.dataset.rendered"))
+    return opened
+
+
+def save_screenshot(opened: OpenedReport, directory: Path, name: str) -> list[Path]:
+    """A full-page screenshot in ``directory`` and, when set, ``$OTEL_ORT_ARTIFACTS``."""
+    targets = [directory / name]
+    artifacts = os.environ.get("OTEL_ORT_ARTIFACTS")
+    if artifacts:
+        Path(artifacts).mkdir(parents=True, exist_ok=True)
+        targets.append(Path(artifacts) / name)
+    image = opened.page.screenshot(full_page=True)
+    for target in targets:
+        target.write_bytes(image)
+    return targets
