@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -151,9 +152,14 @@ def test_node_cpu_time_adds_up_and_matches_the_switch_records(counter_factory: A
 def test_a_node_on_one_thread_uses_about_its_wall_time(counter_factory: Any) -> None:
     counter = counter_factory(matmul_chain(), (512, 512), ["task-clock"], intra_op_num_threads=1)
     nodes, _, _, counts = counter.counted()
+    shares = []
     for node, values in zip(nodes, counts.attribution.nodes, strict=True):
         wall_ns = node.dur * 1000
-        assert 0.5 * wall_ns <= values["task-clock"] <= wall_ns + 2000
+        assert values["task-clock"] <= wall_ns + 2000  # never more CPU than wall on one thread
+        shares.append(values["task-clock"] / wall_ns)
+    # less when the VM preempts the thread mid-node (another process, steal time): the typical
+    # node, not every node
+    assert statistics.median(shares) >= 0.5
 
 
 def faulting_run(counter_factory: Any, elements: int) -> RunCounts:
