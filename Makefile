@@ -40,8 +40,9 @@ unit: $(STAMP)  ## fast stage, part 2: in-process tests (seconds)
 e2e: $(STAMP) browser  ## slow end-to-end stage: subprocesses, examples, OTLP over sockets, the HTML report in chromium
 	$(BIN)/pytest -m e2e -q
 
-browser:  ## Debian's chromium for the report's browser tests, installed when missing
-	@command -v chromium >/dev/null || { $(SUDO) apt-get update -q && \
+browser:  ## Debian's chromium for the report's browser tests, installed when missing (apt-get)
+	@command -v $${OTEL_ORT_CHROMIUM:-chromium} >/dev/null || ! command -v apt-get >/dev/null || \
+		{ $(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium >/dev/null; }
 
 e2e-phoenix: $(STAMP) $(PHOENIX_STAMP)  ## end-to-end stage against Arize Phoenix (a real OTLP backend the tests start)

@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument(
         "--otlp-endpoint",
         metavar="URL",
-        help="also send the spans over OTLP/gRPC, e.g. http://localhost:4317 (`make up`)",
+        help="also send spans and metrics over OTLP, e.g. http://localhost:4317 (`make up`); "
+        "gRPC unless OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
     )
 
     convert = commands.add_parser(
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--requests must be at least 1")
         try:
             run_demo(args.output_dir, args.requests, otlp_endpoint=args.otlp_endpoint)
-        except (RuntimeError, OSError) as exc:
+        except (RuntimeError, OSError, ValueError) as exc:
             print(f"otel-ort demo: {exc}", file=sys.stderr)
             return 1
     return 0

@@ -82,7 +82,8 @@ def run_demo(
         flush_profiles()
     finally:
         instrumentor.uninstrument()
-        telemetry.tracer_provider.shutdown()
+        if telemetry.otlp is None:  # else after the metric tables below (or at exit)
+            telemetry.tracer_provider.shutdown()
 
     spans = telemetry.spans.get_finished_spans()
     print(f"\nSpan tree ({requests} requests, one failing on purpose):\n", file=out)
@@ -104,23 +105,25 @@ def run_demo(
     print(f"spans:    {spans_path}  (OTLP/JSON lines, one export batch per line)", file=out)
     if profiled:
         _print_profile_files(profiled, output_dir, out)
+    if telemetry.otlp is not None:
+        telemetry.otlp.shutdown()
     _print_export(telemetry.otlp, out)
     return spans_path
 
 
 def _telemetry(spans_path: Path, otlp_endpoint: str | None) -> _Telemetry:
-    resource = Resource.create({"service.name": SERVICE_NAME})
-    otlp = (
-        configure(SERVICE_NAME, otlp_endpoint, metrics_export=False, set_global=False)
-        if otlp_endpoint
-        else None
-    )
-    tracer_provider = otlp.tracer_provider if otlp else TracerProvider(resource=resource)
+    metrics = InMemoryMetricReader()
+    if otlp_endpoint:
+        otlp = configure(SERVICE_NAME, otlp_endpoint, metric_readers=[metrics], set_global=False)
+        tracer_provider, meter_provider = otlp.tracer_provider, otlp.meter_provider
+    else:
+        otlp = None
+        resource = Resource.create({"service.name": SERVICE_NAME})
+        tracer_provider = TracerProvider(resource=resource)
+        meter_provider = MeterProvider(metric_readers=[metrics], resource=resource)
     tracer_provider.add_span_processor(BatchSpanProcessor(OtlpJsonFileSpanExporter(spans_path)))
     spans = InMemorySpanExporter()
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
-    metrics = InMemoryMetricReader()
-    meter_provider = MeterProvider(metric_readers=[metrics], resource=resource)
     return _Telemetry(tracer_provider, meter_provider, spans, metrics, otlp)
 
 
@@ -160,7 +163,8 @@ def _print_profile_files(profiled: Sequence[ReadableSpan], output_dir: Path, out
 def _print_export(otlp: Telemetry | None, out: TextIO) -> None:
     if otlp is not None:
         lost = otlp.dropped()
-        print(f"OTLP:     sent to {otlp.endpoint}; dropped: {lost or 'none'}", file=out)
+        verdict = f"dropped {lost} (is a collector listening there?)" if lost else "all sent"
+        print(f"OTLP:     spans and metrics to {otlp.endpoint.target}: {verdict}", file=out)
         return
     print(
         "\nTo see the same in Jaeger or Grafana Tempo: `make up` (docker compose: collector, "
@@ -186,9 +190,11 @@ def _print_profiled_run(run: ReadableSpan, spans: Sequence[ReadableSpan], out: T
         and key not in (semconv.PERF_THREADS, semconv.PERF_SAMPLE_PERIOD_NS)
         and isinstance(value, int | float)
     )
-    print(f"\nperf counters: {', '.join(counted) or 'none'}", file=out)
     unavailable = attributes.get(semconv.PERF_UNAVAILABLE, ())
-    for line in unavailable if isinstance(unavailable, tuple | list) else ():
+    lines = list(unavailable) if isinstance(unavailable, tuple | list) else []
+    off = "none (perf is off: OTEL_ORT_PERF_EVENTS)" if not lines else "none"
+    print(f"\nperf counters: {', '.join(counted) or off}", file=out)
+    for line in lines:
         print(f"  not counted: {line}", file=out)
 
 

@@ -8,26 +8,38 @@ are not dropped by their queue; request spans that find their queue full are. Ev
 is dropped, by a full queue or by a failed export, is counted in the ``otel_ort.spans.dropped``
 metric and logged (once, then at most once a minute).
 
-An export that fails (collector unreachable) makes the exporter drop the batches of the next
-few seconds at once, counted, instead of retrying each for the whole export timeout: the
-profile worker keeps writing profile files, and the process exits promptly.
+An export that fails (collector unreachable) marks the endpoint down: the batches of the next
+few seconds are dropped at once, counted, instead of retrying each for the whole export
+timeout, and at shutdown an endpoint still down is not tried again. The profile worker keeps
+writing profile files, and the process exits promptly.
 """
 
 from __future__ import annotations
 
+import atexit
+import importlib
 import logging
+import math
 import os
 import threading
 import time
+import urllib.parse
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, cast
 
 from opentelemetry import metrics, trace
+from opentelemetry.metrics import Counter as Counter_
 from opentelemetry.metrics import MeterProvider as ApiMeterProvider
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricReader,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -48,16 +60,26 @@ UNREACHABLE_PAUSE_S = 5.0
 """After a failed export, batches are dropped (counted) without trying for this long."""
 
 _LOG_INTERVAL_S = 60.0
+_EXPORTERS = {  # module (under ...otlp.proto.grpc / .http) and class of each signal
+    "traces": ("trace_exporter", "OTLPSpanExporter"),
+    "metrics": ("metric_exporter", "OTLPMetricExporter"),
+}
 
 
 class DropCounter:
-    """Dropped spans by stream and reason: a metric, and a log line at most once a minute."""
+    """Dropped spans by stream and reason: a metric, and a log line at most once a minute
+    (and a last one at shutdown) with what was dropped since the previous line."""
 
-    def __init__(self, meter_provider: ApiMeterProvider | None = None) -> None:
+    def __init__(self) -> None:
         self._counts: Counter[tuple[str, str]] = Counter()
         self._unlogged: Counter[tuple[str, str]] = Counter()
+        self._why = ""
         self._last_logged = -_LOG_INTERVAL_S
         self._lock = threading.Lock()
+        self._metric: Counter_ | None = None
+
+    def measure_with(self, meter_provider: ApiMeterProvider) -> None:
+        """Record drops from now on in the ``otel_ort.spans.dropped`` counter of this provider."""
         meter = metrics.get_meter("otel_ort", __version__, meter_provider)
         self._metric = meter.create_counter(
             semconv.METRIC_SPANS_DROPPED, "{span}", "Spans otel-ort's export pipeline dropped."
@@ -67,19 +89,30 @@ class DropCounter:
         """``count`` spans of ``stream`` (requests, profiles) were dropped for ``reason``."""
         if count <= 0:
             return
-        self._metric.add(count, {semconv.EXPORT_STREAM: stream, semconv.ERROR_TYPE: reason})
-        now = time.monotonic()
+        if self._metric is not None:
+            attributes = {semconv.EXPORT_STREAM: stream, semconv.ERROR_TYPE: reason}
+            self._metric.add(count, attributes)
         with self._lock:
             self._counts[stream, reason] += count
             self._unlogged[stream, reason] += count
-            if now - self._last_logged < _LOG_INTERVAL_S:
+            self._why = why
+        self.log(force=False)
+
+    def log(self, force: bool = True) -> None:
+        """Log what was dropped since the last line: now if ``force``, else once a minute."""
+        now = time.monotonic()
+        with self._lock:
+            if not self._unlogged or (not force and now - self._last_logged < _LOG_INTERVAL_S):
                 return
             unlogged, self._unlogged, self._last_logged = self._unlogged, Counter(), now
+            totals = sum(self._counts.values())
+            why = self._why
         parts = ", ".join(f"{n} of {s} ({r})" for (s, r), n in sorted(unlogged.items()))
         _logger.warning(
-            "otel-ort: spans dropped: %s; %s (counted in the %s metric)",
+            "otel-ort: spans dropped: %s; last because %s (%d in all, counted in the %s metric)",
             parts,
             why,
+            totals,
             semconv.METRIC_SPANS_DROPPED,
         )
 
@@ -89,33 +122,62 @@ class DropCounter:
             return {f"{stream}.{reason}": n for (stream, reason), n in self._counts.items()}
 
 
+class Endpoint:
+    """Whether the collector answers: down after a failed export, up again after a success.
+
+    While down, exports in the ``pause_s`` after each failure are not tried; after
+    :meth:`give_up` (shutdown of a pipeline whose endpoint is down) none are.
+    """
+
+    def __init__(self, target: str, pause_s: float = UNREACHABLE_PAUSE_S) -> None:
+        self.target = target
+        self._pause_s = pause_s
+        self._down = False
+        self._retry_at = 0.0
+
+    def should_try(self) -> bool:
+        return not self._down or time.monotonic() >= self._retry_at
+
+    def answered(self, ok: bool) -> None:
+        self._down = not ok
+        self._retry_at = time.monotonic() + self._pause_s
+
+    def give_up(self) -> None:
+        """Shutting down: if the endpoint is down, try nothing more (it would only wait)."""
+        if self._down:
+            self._retry_at = math.inf
+
+
 class CountingSpanExporter(SpanExporter):
-    """Forwards to an exporter, counting spans sent and lost; pauses after a failed export."""
+    """Forwards to an exporter, counting spans sent and lost; skips an endpoint that is down."""
 
     def __init__(
         self,
         inner: SpanExporter,
-        target: str,
+        endpoint: Endpoint,
         drops: DropCounter | None = None,
         stream: str = "requests",
-        pause_s: float = UNREACHABLE_PAUSE_S,
     ) -> None:
         self.inner = inner
         self.sent = 0
         self.failed = 0
-        self._target = target
+        self._endpoint = endpoint
         self._drops = drops
         self._stream = stream
-        self._pause_s = pause_s
-        self._paused_until = 0.0
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if time.monotonic() < self._paused_until:
-            return self._lost(spans, f"{self._target} failed moments ago; not retried yet")
-        result = self.inner.export(spans)
+        target = self._endpoint.target
+        if not self._endpoint.should_try():
+            return self._lost(spans, f"{target} failed moments ago (not retried yet)")
+        try:
+            result = self.inner.export(spans)
+        except Exception as exc:  # an exporter bug must not escape the batch thread uncounted
+            result, why = SpanExportResult.FAILURE, f"exporting to {target} raised {exc!r}"
+        else:
+            why = f"the export to {target} failed (the exporter's log says why)"
+        self._endpoint.answered(result is SpanExportResult.SUCCESS)
         if result is not SpanExportResult.SUCCESS:
-            self._paused_until = time.monotonic() + self._pause_s
-            return self._lost(spans, f"export to {self._target} failed (the exporter says why)")
+            return self._lost(spans, why)
         self.sent += len(spans)
         return result
 
@@ -130,6 +192,31 @@ class CountingSpanExporter(SpanExporter):
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return self.inner.force_flush(timeout_millis)
+
+
+class _EndpointMetricExporter(MetricExporter):
+    """Forwards to a metric exporter, skipping an endpoint that is down (metrics are resent
+    cumulatively at the next interval, so a skipped export loses no count)."""
+
+    def __init__(self, inner: MetricExporter, endpoint: Endpoint) -> None:
+        super().__init__(inner._preferred_temporality, inner._preferred_aggregation)
+        self._inner = inner
+        self._endpoint = endpoint
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        if not self._endpoint.should_try():
+            return MetricExportResult.FAILURE
+        result = self._inner.export(metrics_data, timeout_millis, **kwargs)
+        self._endpoint.answered(result is MetricExportResult.SUCCESS)
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self._inner.shutdown(timeout_millis, **kwargs)
 
 
 class RequestSpanProcessor(BatchSpanProcessor):
@@ -160,7 +247,9 @@ class ProfileSpanProcessor(BatchSpanProcessor):
     """A batch processor of its own for profile spans, which the tracer's spans bypass."""
 
     def __init__(self, exporter: SpanExporter, max_queue_size: int) -> None:
-        super().__init__(exporter, max_queue_size=max_queue_size)
+        default = int(os.environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512"))
+        batch = min(default, max_queue_size)
+        super().__init__(exporter, max_queue_size=max_queue_size, max_export_batch_size=batch)
 
     def on_end(self, span: ReadableSpan) -> None:
         scope = span.instrumentation_scope
@@ -168,24 +257,38 @@ class ProfileSpanProcessor(BatchSpanProcessor):
             super().on_end(span)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Telemetry:
     """What :func:`configure` set up."""
 
     tracer_provider: TracerProvider
     meter_provider: MeterProvider
     drops: DropCounter
-    endpoint: str
+    endpoint: Endpoint
     protocol: Protocol
+    _shut_down: bool = False
 
     def dropped(self) -> dict[str, int]:
         """Spans dropped so far, ``"<stream>.<reason>"`` → count (also the metric)."""
         return self.drops.counts()
 
-    def shutdown(self) -> None:
-        """Flush and stop both providers (also done at interpreter exit)."""
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Convert pending profiles, flush and stop both providers, log what was dropped.
+
+        Runs at interpreter exit too. An endpoint that is down is not tried again (what is
+        still queued is counted as dropped).
+        """
+        if self._shut_down:
+            return
+        self._shut_down = True
+        atexit.unregister(self.shutdown)
+        from otel_ort.instrumentation import flush_profiles
+
+        self.endpoint.give_up()
+        flush_profiles(timeout)  # the run spans of profiled runs end in the profile worker
         self.tracer_provider.shutdown()
-        self.meter_provider.shutdown()
+        self.meter_provider.shutdown(timeout_millis=timeout * 1000)
+        self.drops.log()
 
 
 def configure(
@@ -197,6 +300,7 @@ def configure(
     *,
     profile_queue_size: int = PROFILE_QUEUE_SIZE,
     metrics_export: bool | None = None,
+    metric_readers: Sequence[MetricReader] = (),
     set_global: bool = True,
 ) -> Telemetry:
     """Export traces and metrics over OTLP, and make them the global providers.
@@ -206,81 +310,75 @@ def configure(
     ``..._INSECURE``; ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_BSP_*``,
     ``OTEL_METRIC_EXPORT_INTERVAL``), then to OTLP/gRPC on ``localhost:4317``. For HTTP,
     ``endpoint`` is the base URL (``http://host:4318``): ``/v1/traces`` and ``/v1/metrics``
-    are added. ``metrics_export=False`` (or ``OTEL_METRICS_EXPORTER=none``) keeps metrics in
-    the process (for backends that take traces only). Under ``opentelemetry-instrument`` this
-    is not needed (and refused).
+    are added. ``headers`` is a mapping or ``key=value,...`` (values percent-decoded, keys
+    lower-cased). ``metrics_export=False`` (or ``OTEL_METRICS_EXPORTER=none``) keeps metrics in
+    the process (for backends that take traces only); ``metric_readers`` are added to the
+    meter provider (a Prometheus reader, an in-memory one). Under ``opentelemetry-instrument``
+    this is not needed (and refused).
     """
     chosen = _protocol(protocol)
     if profile_queue_size < 1:
         raise ValueError(f"profile_queue_size must be at least 1, got {profile_queue_size}")
-    header_dict = _parse_headers(headers) if isinstance(headers, str) else _dict(headers)
+    header_dict = _headers(headers)
     if set_global and isinstance(trace.get_tracer_provider(), TracerProvider):
         raise RuntimeError(
             "otel_ort.configure(): an OpenTelemetry SDK tracer provider is already set (by "
             "opentelemetry-instrument or your code); remove the configure() call and let "
             "that set-up export, or call configure(set_global=False) for a separate pipeline"
         )
-    attributes = {SERVICE_NAME: service_name} if service_name else {}
-    resource = Resource.create(attributes)
     if metrics_export is None:
         metrics_export = os.environ.get("OTEL_METRICS_EXPORTER", "").strip() != "none"
-    readers = (
-        [PeriodicExportingMetricReader(_metric_exporter(chosen, endpoint, header_dict, insecure))]
-        if metrics_export
-        else []
+    resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
+    target = Endpoint(_target(chosen, endpoint))
+    drops = DropCounter()
+    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    for stream in ("requests", "profiles"):
+        inner = _otlp_exporter("traces", chosen, endpoint, header_dict, insecure)
+        exporter = CountingSpanExporter(cast(SpanExporter, inner), target, drops, stream)
+        tracer_provider.add_span_processor(
+            RequestSpanProcessor(exporter, drops)
+            if stream == "requests"
+            else ProfileSpanProcessor(exporter, profile_queue_size)
+        )
+    readers = list(metric_readers)
+    if metrics_export:  # last: its reader starts a thread
+        inner = _otlp_exporter("metrics", chosen, endpoint, header_dict, insecure)
+        metric_exporter = _EndpointMetricExporter(cast(MetricExporter, inner), target)
+        readers.append(PeriodicExportingMetricReader(metric_exporter))
+    meter_provider = MeterProvider(
+        resource=resource, metric_readers=readers, shutdown_on_exit=False
     )
-    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
-    drops = DropCounter(meter_provider)
-    target = _target(chosen, endpoint)
-    tracer_provider = TracerProvider(resource=resource)
-
-    def exporter(stream: str) -> CountingSpanExporter:
-        inner = otlp_span_exporter(chosen, endpoint, header_dict, insecure)
-        return CountingSpanExporter(inner, target, drops, stream)
-
-    tracer_provider.add_span_processor(RequestSpanProcessor(exporter("requests"), drops))
-    tracer_provider.add_span_processor(
-        ProfileSpanProcessor(exporter("profiles"), profile_queue_size)
-    )
+    drops.measure_with(meter_provider)
+    telemetry = Telemetry(tracer_provider, meter_provider, drops, target, chosen)
+    atexit.register(telemetry.shutdown)
     if set_global:
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
-    return Telemetry(tracer_provider, meter_provider, drops, target, chosen)
+    return telemetry
 
 
-def otlp_span_exporter(
-    protocol: str,
-    endpoint: str | None = None,
-    headers: dict[str, str] | None = None,
-    insecure: bool | None = None,
-) -> SpanExporter:
-    """The standard OTLP span exporter for ``protocol``; ``None`` arguments come from the env."""
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-        return OTLPSpanExporter(endpoint=endpoint, headers=headers, insecure=insecure)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-        OTLPSpanExporter as HttpSpanExporter,
-    )
-
-    return HttpSpanExporter(endpoint=_http_url(endpoint, "traces"), headers=headers)
+def otlp_span_exporter(protocol: str, endpoint: str | None = None) -> SpanExporter:
+    """The standard OTLP span exporter for ``protocol``; ``endpoint`` ``None``: from the env."""
+    return cast(SpanExporter, _otlp_exporter("traces", protocol, endpoint, None, None))
 
 
-def _metric_exporter(
+def _otlp_exporter(
+    signal: Literal["traces", "metrics"],
     protocol: str,
     endpoint: str | None,
     headers: dict[str, str] | None,
     insecure: bool | None,
-) -> MetricExporter:
+) -> SpanExporter | MetricExporter:
+    """The standard OTLP exporter of ``signal``; ``None`` arguments come from the env."""
+    module = f"opentelemetry.exporter.otlp.proto.{'grpc' if protocol == 'grpc' else 'http'}"
+    submodule, class_name = _EXPORTERS[signal]
+    exporter_class = getattr(importlib.import_module(f"{module}.{submodule}"), class_name)
+    exporter: SpanExporter | MetricExporter
     if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-
-        return OTLPMetricExporter(endpoint=endpoint, headers=headers, insecure=insecure)
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-        OTLPMetricExporter as HttpMetricExporter,
-    )
-
-    return HttpMetricExporter(endpoint=_http_url(endpoint, "metrics"), headers=headers)
+        exporter = exporter_class(endpoint=endpoint, headers=headers, insecure=insecure)
+    else:
+        exporter = exporter_class(endpoint=_http_url(endpoint, signal), headers=headers)
+    return exporter
 
 
 def _http_url(endpoint: str | None, signal: str) -> str | None:
@@ -319,16 +417,17 @@ def _target(protocol: Protocol, endpoint: str | None) -> str:
     return "http://localhost:4317" if protocol == "grpc" else "http://localhost:4318"
 
 
-def _dict(headers: Mapping[str, str] | None) -> dict[str, str] | None:
-    return None if headers is None else dict(headers)
-
-
-def _parse_headers(text: str) -> dict[str, str]:
-    """``key=value,key2=value2`` (the ``OTEL_EXPORTER_OTLP_HEADERS`` form) as a dict."""
-    headers: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
+def _headers(headers: Mapping[str, str] | str | None) -> dict[str, str] | None:
+    """Headers as gRPC and HTTP both take them: lower-case keys; ``k=v,k2=v2`` (the
+    ``OTEL_EXPORTER_OTLP_HEADERS`` form, values percent-decoded) or a mapping."""
+    if headers is None:
+        return None
+    if not isinstance(headers, str):
+        return {key.strip().lower(): value for key, value in headers.items()}
+    parsed: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in headers.split(","))):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"OTLP header {item!r} is not key=value: write headers as k=v,k2=v2")
-        headers[key.strip()] = value.strip()
-    return headers
+        parsed[key.strip().lower()] = urllib.parse.unquote(value.strip())
+    return parsed

@@ -27,7 +27,7 @@ from opentelemetry.trace import SpanContext, format_span_id, format_trace_id
 
 from otel_ort.capi import CApi, CSession, OrtError, SessionConfig, UnsupportedValue, load_api
 from otel_ort.delivery import SpanDelivery
-from otel_ort.pipeline import CountingSpanExporter, otlp_span_exporter
+from otel_ort.pipeline import CountingSpanExporter, Endpoint, otlp_span_exporter
 from otel_ort.profiling.kept import publish_run, read_run
 from otel_ort.profiling.model import Profile
 from otel_ort.profiling.reader import ProfileError
@@ -397,7 +397,7 @@ class _Exporting:
         service = request.service_name or os.environ.get("OTEL_SERVICE_NAME") or "onnxruntime"
         self.provider = TracerProvider(resource=Resource.create({"service.name": service}))
         inner = otlp_span_exporter(request.protocol, self.endpoint)
-        self.exporter = CountingSpanExporter(inner, self.endpoint, pause_s=0.0)
+        self.exporter = CountingSpanExporter(inner, Endpoint(self.endpoint, pause_s=0.0))
         self.provider.add_span_processor(BatchSpanProcessor(self.exporter))
         self.builder = SpanBuilder(self.provider)
         self.delivery = SpanDelivery(self.provider)

@@ -57,6 +57,7 @@ def main(port: int, profile_dir: str) -> None:
                 "rss_mib": rss,
                 "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                 "dropped": telemetry.dropped(),
+                "printed_at": time.time(),  # then the process exits: how long that takes
             }
         ),
         flush=True,

@@ -8,6 +8,7 @@ kept for the test to read.
 from __future__ import annotations
 
 import gzip
+import socket
 import threading
 import time
 from concurrent import futures
@@ -21,6 +22,13 @@ from opentelemetry.proto.collector.metrics.v1 import (
 )
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (until someone binds it)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 class OtlpReceiver:

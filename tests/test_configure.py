@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from collections import Counter
@@ -23,17 +22,10 @@ from otel_ort import configure, flush_profiles, semconv
 from otel_ort.demo_model import mlp_model
 from otel_ort.pipeline import DropCounter, RequestSpanProcessor
 from tests.conftest import instrumentation
-from tests.otlp_receiver import OtlpReceiver
+from tests.otlp_receiver import OtlpReceiver, free_port
 from tests.test_otlp_export import attributes_of
 
 FEEDS = {"x": np.ones((2, 32), np.float32)}
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
@@ -44,7 +36,7 @@ def test_traces_and_metrics_reach_the_endpoint(protocol: str, tmp_path: Path) ->
             service_name="configured",
             endpoint=endpoint,
             protocol=protocol,
-            headers="x-tenant=ort,x-key=k1",
+            headers="X-Tenant=ort,Authorization=Bearer%20k1",  # as OTEL_EXPORTER_OTLP_HEADERS
             set_global=False,
         )
         assert telemetry.protocol == protocol
@@ -64,7 +56,7 @@ def test_traces_and_metrics_reach_the_endpoint(protocol: str, tmp_path: Path) ->
         headers = receiver.headers
 
     assert telemetry.dropped() == {}
-    assert all(h.get("x-tenant") == "ort" and h.get("x-key") == "k1" for h in headers)
+    assert all(h.get("x-tenant") == "ort" and h["authorization"] == "Bearer k1" for h in headers)
     services = {
         kv.value.string_value
         for resource, _ in received
@@ -126,7 +118,7 @@ def test_a_closed_endpoint_drops_are_counted_and_logged(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
-    telemetry = configure(endpoint=f"http://127.0.0.1:{closed_port()}", set_global=False)
+    telemetry = configure(endpoint=f"http://127.0.0.1:{free_port()}", set_global=False)
     tracer = telemetry.tracer_provider.get_tracer("test")
     with caplog.at_level(logging.WARNING, logger="otel_ort"):
         for _ in range(5):
@@ -139,12 +131,15 @@ def test_a_closed_endpoint_drops_are_counted_and_logged(
             tracer.start_span("request").end()
         telemetry.tracer_provider.force_flush()
         assert time.monotonic() - started < 0.5
-    assert telemetry.dropped() == {"requests.export_failed": 8}
+        assert telemetry.dropped() == {"requests.export_failed": 8}
+        started = time.monotonic()
+        telemetry.shutdown()  # the endpoint is down: nothing is tried again, the exit is prompt
+        assert time.monotonic() - started < 2
     logged = [r.getMessage() for r in caplog.records if r.name == "otel_ort"]
-    assert len(logged) == 1  # then at most once a minute
+    assert len(logged) == 2  # the first drop, then once a minute at most, and at shutdown
     assert "5 of requests (export_failed)" in logged[0]
-    assert semconv.METRIC_SPANS_DROPPED in logged[0]
-    telemetry.shutdown()
+    assert "3 of requests (export_failed)" in logged[1] and "(8 in all" in logged[1]
+    assert all(semconv.METRIC_SPANS_DROPPED in line for line in logged)
 
 
 class _HeldExporter(SpanExporter):
@@ -179,7 +174,8 @@ def test_a_full_request_queue_counts_every_dropped_span(monkeypatch: pytest.Monk
 
 def test_drops_are_a_metric_by_stream_and_reason() -> None:
     reader = InMemoryMetricReader()
-    drops = DropCounter(MeterProvider(metric_readers=[reader]))
+    drops = DropCounter()
+    drops.measure_with(MeterProvider(metric_readers=[reader]))
     drops.add("profiles", "export_failed", 7, "test")
     drops.add("requests", "queue_full", 2, "test")
     data = reader.get_metrics_data()

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from otel_ort import semconv
-from tests.otlp_receiver import OtlpReceiver
-from tests.test_configure import closed_port
+from tests.otlp_receiver import OtlpReceiver, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -72,20 +71,25 @@ def test_configure_reads_the_standard_environment_variables() -> None:
 
 def test_10000_runs_with_the_collector_gone(tmp_path: Path) -> None:
     """Inference is unaffected, memory stays bounded, every drop is counted and logged."""
-    started = time.monotonic()
-    completed = python("-m", "tests.dead_collector", str(closed_port()), str(tmp_path / "profiles"))
-    wall = time.monotonic() - started
+    completed = python("-m", "tests.dead_collector", str(free_port()), str(tmp_path / "profiles"))
+    exited = time.time()
     assert completed.returncode == 0, completed.stderr
+    assert "Traceback" not in completed.stderr
     result = json.loads(completed.stdout.splitlines()[-1])
     rss = {int(runs): mib for runs, mib in result["rss_mib"].items()}
     print(f"\n{'runs':>6} | RSS MiB\n" + "\n".join(f"{n:>6} | {m:7.1f}" for n, m in rss.items()))
-    print(f"{result['seconds']} s for {result['runs']} runs, {wall:.1f} s with exit")
+    exit_s = exited - result["printed_at"]
+    print(f"{result['seconds']} s for {result['runs']} runs, then {exit_s:.1f} s to exit")
     print(f"dropped: {result['dropped']}")
     assert result["runs"] == 10_000
     assert rss[10_000] - rss[2_500] < 24, "memory grows with the number of runs"
     dropped = result["dropped"]
     assert dropped.get("requests.export_failed", 0) + dropped.get("requests.queue_full", 0) > 0
     assert dropped.get("profiles.export_failed", 0) > 0
-    assert "spans dropped" in completed.stderr and semconv.METRIC_SPANS_DROPPED in completed.stderr
+    # logged: the first drop at once, the rest with the running total at exit
+    logged = [line for line in completed.stderr.splitlines() if "spans dropped" in line]
+    assert len(logged) >= 2 and semconv.METRIC_SPANS_DROPPED in logged[-1]
+    in_all = int(logged[-1].split("(")[-1].split(" in all")[0])
+    assert in_all >= sum(dropped.values())
     assert len(list((tmp_path / "profiles").glob("*.json"))) >= 150  # profiles still kept
-    assert wall < 120
+    assert exit_s < 5

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -25,6 +24,7 @@ import pytest
 from otel_ort import configure, flush_profiles, semconv
 from otel_ort.demo_model import mlp_model
 from tests.conftest import instrumentation
+from tests.otlp_receiver import free_port
 
 pytestmark = pytest.mark.phoenix
 
@@ -36,12 +36,6 @@ READY_TIMEOUT_S = 90.0
 class Phoenix:
     http: str  # REST API and OTLP/HTTP (/v1/traces)
     grpc: str  # OTLP/gRPC
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +152,8 @@ def test_a_profiled_run_tree_reads_back_intact(
         assert attributes[semconv.NODE_PROVIDER] == "CPUExecutionProvider"
         assert attributes[semconv.NODE_INPUT_SHAPES] == ["float[2,32]", "float[32]"]
         assert attributes[semconv.NODE_DURATION_US] >= 0
-        assert attributes["perf.task-clock"] >= 0  # per-node perf counters survive the trip
+        if "perf.task-clock" in run["attributes"]:  # where perf can count (else said on the run)
+            assert attributes["perf.task-clock"] >= 0  # per-node counts survive the trip
         assert run["start_time"] <= node["start_time"] <= node["end_time"] <= run["end_time"]
 
     run_attributes = run["attributes"]
