@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from otel_ort.profiling.model import NodeRecord, Profile
 from otel_ort.tables import format_table
+
+K = TypeVar("K")
 
 
 def summarize(profile: Profile, top: int = 15) -> str:
@@ -38,6 +41,19 @@ def summarize(profile: Profile, top: int = 15) -> str:
     return "\n\n".join(sections)
 
 
+def totals_by(
+    nodes: Iterable[NodeRecord], key: Callable[[NodeRecord], K]
+) -> list[tuple[K, int, float]]:
+    """(key, node count, total µs) per distinct ``key``, largest total first."""
+    count: dict[K, int] = defaultdict(int)
+    total: dict[K, float] = defaultdict(float)
+    for node in nodes:
+        k = key(node)
+        count[k] += 1
+        total[k] += node.dur
+    return [(k, count[k], total[k]) for k in sorted(total, key=lambda k: -total[k])]
+
+
 def _grouped(
     nodes: list[NodeRecord],
     key: Callable[[NodeRecord], tuple[str, ...]],
@@ -45,22 +61,15 @@ def _grouped(
     run_total: float,
     top: int | None = None,
 ) -> str:
-    count: dict[tuple[str, ...], int] = defaultdict(int)
-    total: dict[tuple[str, ...], float] = defaultdict(float)
-    for node in nodes:
-        k = key(node)
-        count[k] += 1
-        total[k] += node.dur
-    ordered = sorted(total, key=lambda k: total[k], reverse=True)[:top]
     rows = [(*labels, "count", "total ms", "mean us", "% of runs")]
-    for k in ordered:
+    for k, count, total in totals_by(nodes, key)[:top]:
         rows.append(
             (
                 *k,
-                str(count[k]),
-                f"{total[k] / 1000:.3f}",
-                f"{total[k] / count[k]:.1f}",
-                f"{100 * total[k] / run_total:.1f}",
+                str(count),
+                f"{total / 1000:.3f}",
+                f"{total / count:.1f}",
+                f"{100 * total / run_total:.1f}",
             )
         )
     return format_table(rows)

@@ -29,6 +29,7 @@ from typing import Any
 
 from otel_ort.profiling.model import KernelRecord, Profile, RunRecord
 from otel_ort.report import enriched
+from otel_ort.summary import totals_by
 from otel_ort.version import __version__
 
 DEFAULT_TOP = 20
@@ -218,12 +219,8 @@ def _run(
     nodes: list[list[Any]] = []
     perf_values: list[list[int | float | None] | None] = []
     kernels: list[list[Any]] = []
-    count: dict[int, int] = defaultdict(int)
-    total: dict[int, float] = defaultdict(float)
     for position, node in enumerate(run.nodes):
         op = strings(node.op_type)
-        count[op] += 1
-        total[op] += node.dur
         nodes.append(
             [
                 strings(node.name),
@@ -257,7 +254,8 @@ def _run(
         "c": perf_values if any(value is not None for value in perf_values) else [],
         "k": kernels,
         "ot": [
-            [op, count[op], _number(total[op])] for op in sorted(total, key=lambda o: -total[o])
+            [strings(op), count, _number(total)]
+            for op, count, total in totals_by(run.nodes, lambda node: node.op_type)
         ],
         "top": order[:top],
     }
