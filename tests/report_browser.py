@@ -7,8 +7,10 @@ skipped on a developer's machine and fail in CI (``$CI`` set), where a skip woul
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -50,13 +52,13 @@ def require_chromium() -> str:
 
 
 @contextmanager
-def chromium() -> Iterator[Any]:
+def chromium(*extra_args: str) -> Iterator[Any]:
     """A headless chromium (playwright ``Browser``)."""
     executable = require_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=ARGS)
+        browser = playwright.chromium.launch(executable_path=executable, args=[*ARGS, *extra_args])
         try:
             yield browser
         finally:
@@ -115,3 +117,41 @@ def save_screenshot(opened: OpenedReport, directory: Path, name: str) -> list[Pa
     for target in targets:
         target.write_bytes(image)
     return targets
+
+
+# Reads what DevTools' trace engine made of the loaded file. These two methods are the ones
+# DevTools' own layout tests use; should a Chromium update rename them, this fails loudly.
+_PARSED_TRACE_JS = """async () => {
+  const timeline = await import('./panels/timeline/timeline.js');
+  const panel = timeline.TimelinePanel.TimelinePanel.instance();
+  const parsed = panel.getParsedTraceForLayoutTests();
+  const threads = [];
+  for (const [pid, process] of parsed.Renderer.processes) {
+    for (const [tid, thread] of process.threads) {
+      threads.push({pid, tid, name: thread.name ?? null,
+                    entries: (thread.entries ?? []).map(entry => entry.name)});
+    }
+  }
+  const raw = panel.getTraceEngineRawTraceEventsForLayoutTests();
+  return {events: raw.length, threads,
+          runArgs: raw.filter(event => event.name === 'model_run').map(event => event.args)};
+}"""
+
+
+def open_in_devtools(path: Path, screenshot: Path) -> dict[str, Any]:
+    """Load the Chrome-trace file at ``path`` into Chromium's DevTools Performance panel (the
+    trace viewer that replaced chrome://tracing, which Debian's chromium no longer serves) the
+    way a user's "Load profile" does, and return what its trace engine parsed: the number of
+    events, each thread's name and entries, the ``model_run`` events' args."""
+    from tests.otlp_receiver import free_port
+
+    port = free_port()
+    data = base64.b64encode(path.read_bytes()).decode()
+    source = urllib.parse.quote(f"data:application/json;base64,{data}", safe="")
+    with chromium(f"--remote-debugging-port={port}") as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 800})
+        page.goto(f"http://127.0.0.1:{port}/devtools/trace_app.html?loadTimelineFromURL={source}")
+        page.get_by_text("Summary", exact=True).wait_for(timeout=RENDER_TIMEOUT_MS)
+        parsed: dict[str, Any] = page.evaluate(_PARSED_TRACE_JS)
+        screenshot.write_bytes(page.screenshot())
+    return parsed

@@ -505,6 +505,30 @@ def test_browser_draws_an_engine_profile(
 
 
 @pytest.mark.e2e
+def test_chromes_trace_viewer_loads_a_kept_profile(
+    kept_run: tuple[Path, str], tmp_path: Path
+) -> None:
+    """The kept file, loaded into a real Chrome-trace viewer (Chromium's DevTools Performance
+    panel): every event read, thread names from the enrichment, nodes on their threads, the
+    run's trace id on ``model_run``."""
+    path, trace_id = kept_run
+    data = json.loads(path.read_text())
+    events = data["traceEvents"]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    screenshot = tmp_path / "devtools.png"
+    parsed = report_browser.open_in_devtools(path, screenshot)
+    print(f"\nscreenshot: {screenshot}")
+    assert parsed["events"] == len(events)
+    assert parsed["runArgs"] == [{"trace_id": trace_id, "span_id": data["otherData"]["span_id"]}]
+    threads = {(t["pid"], t["tid"]): t for t in parsed["threads"]}
+    for event in events:
+        if event.get("cat") == "Node":
+            thread = threads[(event["pid"], event["tid"])]
+            assert event["name"] in thread["entries"]
+            assert thread["name"] == names[(event["pid"], event["tid"])]
+
+
+@pytest.mark.e2e
 def test_browser_run_picker_and_gpu_kernels(browser: Any, gpu_file: Path, tmp_path: Path) -> None:
     page = write_report(gpu_file, tmp_path / "gpu.html", top=4)
     opened = open_report(browser, page)
