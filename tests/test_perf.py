@@ -15,6 +15,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from otel_ort.perf import kernel
 from otel_ort.perf.attribution import Counted, Read, ThreadRun, attribute
 from otel_ort.perf.counting import PerfCounters, Pool, RawRun, RunCounts
 from otel_ort.perf.events import parse_events
+from otel_ort.perf.group import ThreadGroup
 from otel_ort.perf.probe import event_problem
 from otel_ort.perf.records import GroupSample, ThreadRecords, parse
 from otel_ort.profiling.reader import read_profile
@@ -147,6 +149,49 @@ def test_node_cpu_time_adds_up_and_matches_the_switch_records(counter_factory: A
         # cpu-clock is sampled (every 100 µs) and interpolated: close to the exact value
         for values in result.nodes:
             assert values["cpu-clock"] == pytest.approx(values["task-clock"], rel=0.05)
+
+
+def test_runs_switch_only_the_calling_threads_events(
+    counter_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Switching another thread's events on or off interrupts its CPU (tens of µs on a VM, per
+    thread): the pool's groups stay on, and each run reads them and their rings instead; the
+    calling thread's values, read after its run, serve as the next run's start."""
+    counter = counter_factory(
+        matmul_chain(),
+        (512, 512),
+        ["task-clock", "page-faults"],
+        intra_op_num_threads=2,
+        config_entries={"session.intra_op.allow_spinning": "0"},
+    )
+    assert counter.pool.groups  # one pool thread
+    switched: list[tuple[str, int]] = []
+    for name in ("enable", "disable", "read"):
+        original = getattr(ThreadGroup, name)
+
+        def spy(group: ThreadGroup, _name: str = name, _original: Any = original) -> Any:
+            switched.append((_name, group.tid))
+            return _original(group)
+
+        monkeypatch.setattr(ThreadGroup, name, spy)
+    for _ in range(3):
+        switched.clear()
+        _, _, raw, counts = counter.counted()
+        calling = threading.get_native_id()
+        assert {(name, tid) for name, tid in switched if tid != calling} == {
+            ("read", group.tid) for group in counter.pool.groups
+        }
+        own = [name for name, tid in switched if tid == calling]
+        assert own == ["enable", "disable", "read"]  # its start: the priming run's last read
+        total = counts.attribution.totals["task-clock"]
+        per_node = sum(values["task-clock"] for values in counts.attribution.nodes)
+        assert abs(per_node + counts.attribution.between["task-clock"] - total) <= 0.02 * total
+        pool_cpu = [
+            t.after[0].values[t.ids["task-clock"]] - t.before[0].values[t.ids["task-clock"]]
+            for t in raw.threads
+            if t.tid != calling
+        ]
+        assert all(cpu > 0 for cpu in pool_cpu), pool_cpu  # the pool thread worked, counted
 
 
 def test_a_node_on_one_thread_uses_about_its_wall_time(counter_factory: Any) -> None:

@@ -4,10 +4,16 @@
 machine once (off the request path). Each twin gets a ``Pool`` of groups on its intra-op
 threads; each thread that runs profiled runs gets its own group on first use, kept in a
 thread-local (closed when the thread ends). Groups are opened once and reused. During a
-profiled run (``begin`` … ``end``, on the request thread) the run's groups are enabled; the
-worker then parses what they recorded and ``attribute``-s it to the run's nodes. A twin's
-pool is used by one profiled run at a time: concurrent profiled runs on one session take
-turns while perf counting is on.
+profiled run (``begin`` … ``end``, on the request thread) the calling thread's group is
+enabled; the worker then parses what the run's groups recorded and ``attribute``-s it to the
+run's nodes. A twin's pool is used by one profiled run at a time: concurrent profiled runs on
+one session take turns while perf counting is on.
+
+A pool's groups stay enabled from the twin's creation to its end: the twin's threads work only
+for profiled runs, and ``begin`` and ``end`` read their values and rings instead of switching
+them on and off. Enabling or disabling another thread's events costs an interrupt to its CPU
+(``task_function_call``), tens of microseconds on a VM per thread and per switch; reading a
+sleeping thread's events costs none.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -47,11 +54,12 @@ class Pool:
 
 @dataclass(slots=True)
 class Counting:
-    """A run being counted: its groups, their reads at the start, when each was enabled."""
+    """A run being counted: the calling thread's group, then the pool's; their reads at the
+    start; when counting started (the calling thread's group, then the pool's)."""
 
     groups: list[ThreadGroup]
     befores: list[tuple[Read, Read | None]]
-    enabled_at: list[int]
+    started_at: tuple[int, int]
     pool: Pool
 
 
@@ -125,11 +133,13 @@ class PerfCounters:
         return True
 
     def pool(self, tids: Iterable[int]) -> Pool:
-        """Groups on a twin's threads (``prepare`` must have succeeded)."""
+        """Groups on a twin's threads, enabled (``prepare`` must have succeeded)."""
         groups, problems = [], []
         for tid in tids:
             try:
-                groups.append(self._group(tid))
+                group = self._group(tid)
+                group.enable()
+                groups.append(group)
             except OSError as exc:
                 problems.append(f"thread {tid} not counted: {probe.event_problem('group', exc)}")
         return Pool(groups, problems)
@@ -192,32 +202,32 @@ class PerfCounters:
         except OSError as exc:
             return f"this thread is not counted: {probe.event_problem('group', exc)}"
         pool.lock.acquire()
-        groups = [group, *(g for g in pool.groups if g.tid != group.tid)]
-        enabled: list[ThreadGroup] = []
         try:
-            befores = [g.read() for g in groups]
-            enabled_at = []
-            for g in groups:
-                enabled_at.append(g.enable())
-                enabled.append(g)
-            return Counting(groups, befores, enabled_at, pool)
+            pooled = [g for g in pool.groups if g.tid != group.tid]
+            for g in pooled:
+                g.take()  # what they recorded since the last run: not this run's
+            pool_start = time.time_ns()
+            befores = [group.frozen or group.read(), *(g.read() for g in pooled)]
+            group.frozen = None
+            return Counting([group, *pooled], befores, (group.enable(), pool_start), pool)
         except BaseException:
-            _disable_all(enabled)
             pool.lock.release()
             raise
 
     def end(self, counting: Counting) -> RawRun:
         """Stop counting; what the worker needs. Releases the pool."""
+        group, *pooled = counting.groups
         try:
-            disabled_at = _disable_all(counting.groups)
+            stopped = group.disable()
+            pool_stop = time.time_ns()
+            own_start, pool_start = counting.started_at
+            windows = [(own_start, stopped), *((pool_start, pool_stop) for _ in pooled)]
+            afters = [group.read(), *(g.read() for g in pooled)]
+            group.frozen = afters[0]
             threads = tuple(
-                ThreadRaw(g.tid, (start, stop), before, g.read(), g.take(), g.ids, g.dense_id)
-                for g, start, stop, before in zip(
-                    counting.groups,
-                    counting.enabled_at,
-                    disabled_at,
-                    counting.befores,
-                    strict=True,
+                ThreadRaw(g.tid, window, before, after, g.take(), g.ids, g.dense_id)
+                for g, window, before, after in zip(
+                    counting.groups, windows, counting.befores, afters, strict=True
                 )
             )
         finally:
@@ -256,19 +266,6 @@ class PerfCounters:
         """The parent's threads do not exist here: drop their groups (closing our copies of
         the fds)."""
         self.close()
-
-
-def _disable_all(groups: Sequence[ThreadGroup]) -> list[int]:
-    """Disable every group, even when one fails (the first failure is raised after)."""
-    stopped, failure = [], None
-    for group in groups:
-        try:
-            stopped.append(group.disable())
-        except OSError as exc:
-            failure = failure or exc
-    if failure is not None:
-        raise failure
-    return stopped
 
 
 def _line(event: Unavailable) -> str:

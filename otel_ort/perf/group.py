@@ -63,6 +63,9 @@ class ThreadGroup:
         self._flags = _FLAGS | (kernel.EXCLUDE_KERNEL if exclude_kernel else 0)
         self.dense_leader: int | None = None
         self.dense_id: int | None = None
+        self.frozen: tuple[Read, Read | None] | None = None
+        """Its values read after it was last disabled: they hold until it is enabled again
+        (saves a read at the next run's start)."""
         try:
             task_clock = EventSpec(
                 time_alias, time_alias, kernel.TYPE_SOFTWARE, kernel.SW_TASK_CLOCK
@@ -146,7 +149,8 @@ class ThreadGroup:
         return stopped
 
     def take(self) -> tuple[Taken, ...]:
-        """What each ring recorded while enabled (call after ``disable``)."""
+        """What each ring recorded since the last call (the only reader: the kernel keeps
+        writing behind it while the group is enabled)."""
         self._check_open()
         return tuple(Taken(ring.take(), ring.filled, holds) for ring, holds in self._rings)
 
