@@ -140,7 +140,7 @@ _PARSED_TRACE_JS = """async () => {
 
 def open_in_devtools(path: Path, screenshot: Path) -> dict[str, Any]:
     """Load the Chrome-trace file at ``path`` into Chromium's DevTools Performance panel (the
-    trace viewer that replaced chrome://tracing, which Debian's chromium no longer serves) the
+    trace viewer that replaced chrome://tracing, which Debian's chromium refuses to open) the
     way a user's "Load profile" does, and return what its trace engine parsed: the number of
     events, each thread's name and entries, the ``model_run`` events' args."""
     from tests.otlp_receiver import free_port

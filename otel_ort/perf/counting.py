@@ -13,7 +13,7 @@ A pool's groups stay enabled from the twin's creation to its end: the twin's thr
 for profiled runs, and ``begin`` and ``end`` read their values and rings instead of switching
 them on and off. Enabling or disabling another thread's events costs an interrupt to its CPU
 (``task_function_call``), tens of microseconds on a VM per thread and per switch; reading a
-sleeping thread's events costs none.
+sleeping thread's events needs no interrupt.
 """
 
 from __future__ import annotations
