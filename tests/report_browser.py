@@ -52,13 +52,13 @@ def require_chromium() -> str:
 
 
 @contextmanager
-def chromium(*extra_args: str) -> Iterator[Any]:
+def chromium() -> Iterator[Any]:
     """A headless chromium (playwright ``Browser``)."""
     executable = require_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=[*ARGS, *extra_args])
+        browser = playwright.chromium.launch(executable_path=executable, args=ARGS)
         try:
             yield browser
         finally:
@@ -138,20 +138,26 @@ _PARSED_TRACE_JS = """async () => {
 }"""
 
 
-def open_in_devtools(path: Path, screenshot: Path) -> dict[str, Any]:
+def open_in_devtools(browser: Any, path: Path, screenshot: Path) -> dict[str, Any]:
     """Load the Chrome-trace file at ``path`` into Chromium's DevTools Performance panel (the
     trace viewer that replaced chrome://tracing, which Debian's chromium refuses to open) the
     way a user's "Load profile" does, and return what its trace engine parsed: the number of
-    events, each thread's name and entries, the ``model_run`` events' args."""
+    events, each thread's name and entries, the ``model_run`` events' args. DevTools is served
+    by a second chromium, launched through ``browser``'s playwright with a debugging port."""
     from tests.otlp_receiver import free_port
 
     port = free_port()
     data = base64.b64encode(path.read_bytes()).decode()
     source = urllib.parse.quote(f"data:application/json;base64,{data}", safe="")
-    with chromium(f"--remote-debugging-port={port}") as browser:
-        page = browser.new_page(viewport={"width": 1400, "height": 800})
+    served = browser.browser_type.launch(
+        executable_path=require_chromium(), args=[*ARGS, f"--remote-debugging-port={port}"]
+    )
+    try:
+        page = served.new_page(viewport={"width": 1400, "height": 800})
         page.goto(f"http://127.0.0.1:{port}/devtools/trace_app.html?loadTimelineFromURL={source}")
         page.get_by_text("Summary", exact=True).wait_for(timeout=RENDER_TIMEOUT_MS)
         parsed: dict[str, Any] = page.evaluate(_PARSED_TRACE_JS)
         screenshot.write_bytes(page.screenshot())
+    finally:
+        served.close()
     return parsed

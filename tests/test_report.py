@@ -506,7 +506,7 @@ def test_browser_draws_an_engine_profile(
 
 @pytest.mark.e2e
 def test_chromes_trace_viewer_loads_a_kept_profile(
-    kept_run: tuple[Path, str], tmp_path: Path
+    browser: Any, kept_run: tuple[Path, str], tmp_path: Path
 ) -> None:
     """The kept file, loaded into a real Chrome-trace viewer (Chromium's DevTools Performance
     panel): every event read, thread names from the enrichment, nodes on their threads, the
@@ -516,7 +516,7 @@ def test_chromes_trace_viewer_loads_a_kept_profile(
     events = data["traceEvents"]
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
     screenshot = tmp_path / "devtools.png"
-    parsed = report_browser.open_in_devtools(path, screenshot)
+    parsed = report_browser.open_in_devtools(browser, path, screenshot)
     print(f"\nscreenshot: {screenshot}")
     assert parsed["events"] == len(events)
     assert parsed["runArgs"] == [{"trace_id": trace_id, "span_id": data["otherData"]["span_id"]}]

@@ -45,7 +45,7 @@ class ThreadRun:
 
     tid: int
     window: tuple[int, int]
-    """When its events were enabled and disabled (ns, CLOCK_REALTIME)."""
+    """When it was counted (ns, CLOCK_REALTIME): around its before and after reads."""
     before: Read
     after: Read
     """The software group's reads (task-clock, sparse events)."""
@@ -188,7 +188,9 @@ def _dense_series(
     first_read, last_read = run.dense_before, run.dense_after
     if first_read is None or last_read is None:
         raise ValueError(f"thread {run.tid}: no dense group read")
-    samples = run.records.group_samples
+    samples = [  # a pool thread's group stays on: samples from outside the reads are not its
+        s for s in run.records.group_samples if first_read.enabled <= s.enabled <= last_read.enabled
+    ]
     reads = [first_read, *(Read(s.enabled, s.running, s.values) for s in samples), last_read]
     at = [0.0, *on_cpu.at(np.array([s.time for s in samples], dtype=np.float64)).tolist()]
     at.append(on_cpu.total)

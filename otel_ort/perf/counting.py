@@ -9,11 +9,14 @@ enabled; the worker then parses what the run's groups recorded and ``attribute``
 run's nodes. A twin's pool is used by one profiled run at a time: concurrent profiled runs on
 one session take turns while perf counting is on.
 
-A pool's groups stay enabled from the twin's creation to its end: the twin's threads work only
-for profiled runs, and ``begin`` and ``end`` read their values and rings instead of switching
-them on and off. Enabling or disabling another thread's events costs an interrupt to its CPU
-(``task_function_call``), tens of microseconds on a VM per thread and per switch; reading a
-sleeping thread's events needs no interrupt.
+A pool's groups are enabled once the twin is primed and stay on until it closes: its threads
+work for profiled runs only (and for the few other native threads ``CSession.thread_ids`` may
+have picked up, whose counts fall outside every run's window), and ``begin`` and ``end`` read
+their values and rings instead of switching them. Switching another thread's events costs an
+interrupt to its CPU (``task_function_call``), tens of microseconds per thread on a VM, even
+while the thread sleeps; reading costs one only while the thread runs (spins). Each pool
+thread's window is stamped next to its own reads, so a thread that runs between two reads is
+not counted outside its window.
 """
 
 from __future__ import annotations
@@ -55,11 +58,11 @@ class Pool:
 @dataclass(slots=True)
 class Counting:
     """A run being counted: the calling thread's group, then the pool's; their reads at the
-    start; when counting started (the calling thread's group, then the pool's)."""
+    start, and when each one's counting window starts."""
 
     groups: list[ThreadGroup]
     befores: list[tuple[Read, Read | None]]
-    started_at: tuple[int, int]
+    started_at: list[int]
     pool: Pool
 
 
@@ -204,13 +207,16 @@ class PerfCounters:
         pool.lock.acquire()
         try:
             pooled = [g for g in pool.groups if g.tid != group.tid]
+            befores, starts = [group.frozen or group.read()], []
             for g in pooled:
-                g.take()  # what they recorded since the last run: not this run's
-            pool_start = time.time_ns()
-            befores = [group.frozen or group.read(), *(g.read() for g in pooled)]
+                g.discard()  # what they recorded since the last run: not this run's
+                starts.append(time.time_ns())
+                befores.append(g.read())
             group.frozen = None
-            return Counting([group, *pooled], befores, (group.enable(), pool_start), pool)
+            return Counting([group, *pooled], befores, [group.enable(), *starts], pool)
         except BaseException:
+            with contextlib.suppress(OSError):
+                group.disable()
             pool.lock.release()
             raise
 
@@ -218,16 +224,21 @@ class PerfCounters:
         """Stop counting; what the worker needs. Releases the pool."""
         group, *pooled = counting.groups
         try:
-            stopped = group.disable()
-            pool_stop = time.time_ns()
-            own_start, pool_start = counting.started_at
-            windows = [(own_start, stopped), *((pool_start, pool_stop) for _ in pooled)]
-            afters = [group.read(), *(g.read() for g in pooled)]
+            stops = [group.disable()]
+            afters = [group.read()]
+            for g in pooled:
+                afters.append(g.read())
+                stops.append(time.time_ns())
             group.frozen = afters[0]
             threads = tuple(
-                ThreadRaw(g.tid, window, before, after, g.take(), g.ids, g.dense_id)
-                for g, window, before, after in zip(
-                    counting.groups, windows, counting.befores, afters, strict=True
+                ThreadRaw(g.tid, (start, stop), before, after, g.take(), g.ids, g.dense_id)
+                for g, start, stop, before, after in zip(
+                    counting.groups,
+                    counting.started_at,
+                    stops,
+                    counting.befores,
+                    afters,
+                    strict=True,
                 )
             )
         finally:

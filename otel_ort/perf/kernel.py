@@ -179,7 +179,8 @@ class Ring:
         """The last ``take`` found the ring (nearly) full: records after that were dropped."""
 
     def take(self) -> bytes:
-        """The records written since the last call (events must be disabled), and free them."""
+        """The records written since the last call, and free them (the only reader: the kernel
+        publishes a record's place only once it is whole, and never overwrites unread ones)."""
         head, tail = struct.unpack_from("QQ", self._map, _DATA_HEAD)
         self.filled = head - tail > self.size - _MAX_RECORD
         offset = struct.unpack_from("Q", self._map, _DATA_OFFSET)[0] or self._page
@@ -192,6 +193,12 @@ class Ring:
             data = self._map[start : offset + self.size] + self._map[offset:end]
         struct.pack_into("Q", self._map, _DATA_TAIL, head)
         return data
+
+    def discard(self) -> None:
+        """Free the records written so far, unread."""
+        head = struct.unpack_from("Q", self._map, _DATA_HEAD)[0]
+        struct.pack_into("Q", self._map, _DATA_TAIL, head)
+        self.filled = False
 
     def close(self) -> None:
         self._map.close()

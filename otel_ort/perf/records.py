@@ -44,7 +44,7 @@ def parse(data: bytes, dense_id: int | None, out: ThreadRecords | None = None) -
     """The records in ``data`` (whole records, as ``Ring.take`` returns them), added to
     ``out``; samples of ``dense_id`` are the dense group's. Losses are not read here: a ring
     that filled up says so (``Ring.filled``); the kernel's LOST record would only come at the
-    ring's next write, in the next run."""
+    ring's next write, after the run."""
     out = out if out is not None else ThreadRecords()
     position, end = 0, len(data)
     while position + _HEADER.size <= end:
