@@ -9,10 +9,9 @@ enabled; the worker then parses what the run's groups recorded and ``attribute``
 run's nodes. A twin's pool is used by one profiled run at a time: concurrent profiled runs on
 one session take turns while perf counting is on.
 
-A pool's groups are enabled once the twin is primed and stay on until it closes: its threads
-work for profiled runs only (and for the few other native threads ``CSession.thread_ids`` may
-have picked up, whose counts fall outside every run's window), and ``begin`` and ``end`` read
-their values and rings instead of switching them. Switching another thread's events costs an
+A pool's groups are enabled once the twin is primed and stay on until it closes (its threads
+work for profiled runs only); ``begin`` and ``end`` read their values and rings instead of
+switching them. Switching another thread's events costs an
 interrupt to its CPU (``task_function_call``), tens of microseconds per thread on a VM, even
 while the thread sleeps; reading costs one only while the thread runs (spins). Each pool
 thread's window is stamped next to its own reads, so a thread that runs between two reads is
