@@ -6,8 +6,8 @@
 It runs ``--batches`` batches of seeded random inputs (built from the model's input
 signature; a symbolic dimension is the batch size), profiles every ``--every``-th run, waits
 for the profiles to be converted, and prints what it did and where each run's Chrome-trace
-JSON is (open it in https://ui.perfetto.dev or chrome://tracing). Without a model it runs
-otel-ort's demo MLP (needs the ``onnx`` package).
+JSON is (open it in https://ui.perfetto.dev or Chrome DevTools' Performance panel). Without a
+model it runs otel-ort's demo MLP (needs the ``onnx`` package).
 
 Spans are exported only when an OTLP endpoint is configured (``--otlp-endpoint`` or the
 standard ``OTEL_EXPORTER_OTLP_ENDPOINT``): the whole job is then one trace, with the node spans
@@ -30,6 +30,7 @@ from opentelemetry import trace
 
 import otel_ort
 from otel_ort import OrtInstrumentor, profile_next_run
+from otel_ort.profiling import chrome
 
 DTYPES = {
     "tensor(float)": np.float32,
@@ -204,7 +205,7 @@ def print_summary(args: argparse.Namespace, directory: Path, written: list[Path]
             " (OTEL_ORT_PROFILE_MAX_FILES, OTEL_ORT_PROFILE_MAX_BYTES)"
         )
     if written:
-        print("\nChrome-trace JSON (open in https://ui.perfetto.dev or chrome://tracing):")
+        print(f"\nChrome-trace JSON ({chrome.VIEWERS}):")
         for path in written[:3]:
             print(f"  {path}")
         if len(written) > 3:

@@ -36,6 +36,7 @@ from otel_ort.demo_model import mlp_model
 from otel_ort.export import OtlpJsonFileSpanExporter
 from otel_ort.instrumentation import OrtInstrumentor, flush_profiles
 from otel_ort.pipeline import Telemetry, configure
+from otel_ort.profiling.chrome import VIEWERS
 from otel_ort.report import write_report
 from otel_ort.sampling import EveryNth, profile_next_run
 from otel_ort.tables import format_table
@@ -156,7 +157,7 @@ def _print_profile_files(profiled: Sequence[ReadableSpan], output_dir: Path, out
     chrome = str((profiled[-1].attributes or {})[semconv.PROFILE_FILE])
     report = write_report(chrome, output_dir / "report.html", perf=True)
     print(f"profiles: {len(profiled)} in {output_dir / 'profiles'}", file=out)
-    print(f"  last:   {chrome}  (Chrome trace: ui.perfetto.dev or chrome://tracing)", file=out)
+    print(f"  last:   {chrome}  (Chrome trace: {VIEWERS})", file=out)
     print(f"report:   {report}  (open in a browser: timeline, op types, top nodes)", file=out)
 
 

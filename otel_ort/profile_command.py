@@ -28,6 +28,7 @@ from opentelemetry.trace import SpanContext, format_span_id, format_trace_id
 from otel_ort.capi import CApi, CSession, OrtError, SessionConfig, UnsupportedValue, load_api
 from otel_ort.delivery import SpanDelivery
 from otel_ort.pipeline import CountingSpanExporter, Endpoint, otlp_span_exporter
+from otel_ort.profiling.chrome import VIEWERS
 from otel_ort.profiling.kept import publish_run, read_run
 from otel_ort.profiling.model import Profile
 from otel_ort.profiling.reader import ProfileError
@@ -45,7 +46,6 @@ from otel_ort.version import __version__
 
 DEFAULT_PROFILE_DIR = "otel-ort-profiles"
 SEED = 0
-VIEWERS = "open in https://ui.perfetto.dev or chrome://tracing"
 
 # ONNX element type (as in ORT's "tensor(float)") -> numpy dtype of the inputs built for it
 _DTYPES: dict[str, np.dtype[Any]] = {

@@ -63,7 +63,7 @@ def test_default_run_prints_tables_and_keeps_one_file_per_run(
     assert "input x: float32[1,8] random (seed 0)" in out
     assert "note: input x: unknown dimension batch set to 1; choose with --shape x=N,8" in out
     assert "1 warm-up run, 10 profiled runs" in out
-    assert "open in https://ui.perfetto.dev or chrome://tracing" in out
+    assert "open in https://ui.perfetto.dev or Chrome DevTools' Performance panel" in out
     assert f"{mlp}: 10 run(s), 20 node executions" in out
     assert "Per op type" in out and "| FusedGemm |    20 |" in out
     assert "profiled 10/10 runs" in captured.err  # not a terminal: progress as lines

@@ -1,5 +1,5 @@
 """Enrich ORT's Chrome-trace JSON of one profiled run, keeping it loadable by Perfetto and
-chrome://tracing.
+Chrome DevTools' Performance panel (chrome://tracing's successor).
 
 ORT writes a bare array of events. The kept file is the object form of the same format:
 ``traceEvents`` holds ORT's events unchanged after metadata events naming the process and
@@ -16,6 +16,9 @@ from typing import Any
 
 START_TIME_KEY = "start_time_unix_ns"
 """``otherData`` key: absolute time (ns since the epoch) of ``ts == 0``; the reader uses it."""
+
+VIEWERS = "open in https://ui.perfetto.dev or Chrome DevTools' Performance panel"
+"""Where a kept file can be looked at, as the commands say it."""
 
 _GPU_PID = -1
 
