@@ -101,7 +101,7 @@ def perf_config(label: str, events: list[str], period_ns: int | None, session: C
     if not counters.prepare() or counters._plan is None:
         print(f"perf counters are unusable here: {counters.unavailable}")
         sys.exit(0)
-    pool = counters.pool(session.thread_ids)
+    pool = counters.pool(session.thread_ids, stays_on=True)  # as in twin mode
     for problem in pool.problems:
         print(f"{label}: {problem}", file=sys.stderr)
     return Config(label, Perf(counters, pool, counters._plan))

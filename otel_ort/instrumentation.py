@@ -52,7 +52,7 @@ class OrtInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         from onnxruntime.capi import onnxruntime_inference_collection as collection
 
         profiler = None
-        if options.profiling.mode == "twin":
+        if options.profiling.mode != "off":
             from otel_ort.profiling.profiler import Profiler
 
             profiler = Profiler(options.profiling, options.tracer_provider, options.meter_provider)

@@ -36,7 +36,7 @@ class Options:
     profiling: ProfilingOptions = field(default_factory=lambda: ProfilingOptions())  # noqa: PLW0108 (defined below)
 
 
-PROFILE_MODES = ("twin", "off")
+PROFILE_MODES = ("twin", "serve", "off")
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,13 +50,14 @@ class Counter:
         shape: tuple[int, ...],
         events: list[str],
         directory: Path,
+        stays_on: bool = True,
         **config: Any,
     ) -> None:
         self.session = CSession(SessionConfig(model, **config))
         self.shape = shape
         self.counters = PerfCounters(parse_events(events), 100_000, True)
         assert self.counters.prepare(), self.counters.unavailable
-        self.pool: Pool = self.counters.pool(self.session.thread_ids)
+        self.pool: Pool = self.counters.pool(self.session.thread_ids, stays_on=stays_on)
         self.directory = directory
         self.runs = 0
         self.run({"x": self.feed()})  # priming: the first profiled run of a session runs alone
@@ -126,11 +127,15 @@ def cpu_ns_from_switches(raw: RawRun, window: tuple[int, int]) -> float:
     return total
 
 
-def test_node_cpu_time_adds_up_and_matches_the_switch_records(counter_factory: Any) -> None:
+@pytest.mark.parametrize("stays_on", [True, False], ids=["pool-stays-on", "pool-switched"])
+def test_node_cpu_time_adds_up_and_matches_the_switch_records(
+    counter_factory: Any, stays_on: bool
+) -> None:
     counter = counter_factory(
         matmul_chain(),
         (512, 512),
         ["task-clock", "context-switches", "cpu-clock"],
+        stays_on=stays_on,
         intra_op_num_threads=2,  # ORT's default spinning: the pool thread spins after the run
     )
     for _ in range(3):
@@ -162,15 +167,7 @@ def test_runs_switch_only_the_calling_threads_events(
         config_entries={"session.intra_op.allow_spinning": "0"},
     )
     assert counter.pool.groups  # one pool thread
-    switched: list[tuple[str, int]] = []
-    for name in ("enable", "disable", "read"):
-        original = getattr(ThreadGroup, name)
-
-        def spy(group: ThreadGroup, _name: str = name, _original: Any = original) -> Any:
-            switched.append((_name, group.tid))
-            return _original(group)
-
-        monkeypatch.setattr(ThreadGroup, name, spy)
+    switched = spy_on_groups(monkeypatch)
     for _ in range(3):
         switched.clear()
         _, _, raw, counts = counter.counted()
@@ -189,6 +186,50 @@ def test_runs_switch_only_the_calling_threads_events(
             if t.tid != calling
         ]
         assert all(cpu > 0 for cpu in pool_cpu), pool_cpu  # the pool thread worked, counted
+
+
+def test_a_pool_that_serves_unprofiled_runs_counts_only_profiled_ones(
+    counter_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In serve mode the twin's pool also runs unprofiled runs, which must not pay for perf:
+    its groups are switched on for each profiled run only."""
+    counter = counter_factory(
+        matmul_chain(), (512, 512), ["task-clock", "context-switches"], stays_on=False,
+        intra_op_num_threads=2,
+    )  # fmt: skip
+    assert counter.pool.groups  # one pool thread
+
+    def pool_cpu() -> list[int]:
+        return [g.read()[0].values[g.ids["task-clock"]] for g in counter.pool.groups]
+
+    idle = pool_cpu()
+    for _ in range(5):
+        counter.session.run({"x": counter.feed()})  # unprofiled: the pool works, uncounted
+    assert pool_cpu() == idle
+    switched = spy_on_groups(monkeypatch)
+    _, _, _, counts = counter.counted()
+    calling = threading.get_native_id()
+    assert sorted((name, tid) for name, tid in switched if tid != calling) == sorted(
+        (name, g.tid) for g in counter.pool.groups for name in ("enable", "disable", "read", "read")
+    )
+    assert all(cpu > before for cpu, before in zip(pool_cpu(), idle, strict=True))
+    total = counts.attribution.totals["task-clock"]
+    per_node = sum(values["task-clock"] for values in counts.attribution.nodes)
+    assert abs(per_node + counts.attribution.between["task-clock"] - total) <= 0.02 * total
+
+
+def spy_on_groups(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """(method, thread id) of every ``enable``, ``disable`` and ``read`` of a group, from now."""
+    calls: list[tuple[str, int]] = []
+    for name in ("enable", "disable", "read"):
+        original = getattr(ThreadGroup, name)
+
+        def spy(group: ThreadGroup, _name: str = name, _original: Any = original) -> Any:
+            calls.append((_name, group.tid))
+            return _original(group)
+
+        monkeypatch.setattr(ThreadGroup, name, spy)
+    return calls
 
 
 def test_a_node_on_one_thread_uses_about_its_wall_time(counter_factory: Any) -> None:

@@ -126,7 +126,7 @@ def test_default_is_no_profiling(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"profile_dir": 3}, TypeError, "profile_dir=...\\) must be a path"),
         ({"profile_max_files": 0}, ValueError, "must be a whole number >= 1"),
         ({"profile_max_bytes": 1.5}, ValueError, "must be a whole number >= 1"),
-        ({"profile_mode": "always"}, ValueError, "use one of \\('twin', 'off'\\)"),
+        ({"profile_mode": "always"}, ValueError, "use one of \\('twin', 'serve', 'off'\\)"),
     ],
 )
 def test_bad_profile_options(options: dict[str, object], error: type, message: str) -> None:

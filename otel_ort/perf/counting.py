@@ -9,13 +9,15 @@ enabled; the worker then parses what the run's groups recorded and ``attribute``
 run's nodes. A twin's pool is used by one profiled run at a time: concurrent profiled runs on
 one session take turns while perf counting is on.
 
-A pool's groups are enabled once the twin is primed and stay on until it closes (its threads
-work for profiled runs only); ``begin`` and ``end`` read their values and rings instead of
-switching them. Switching another thread's events costs an
+A pool whose threads work for profiled runs only (``stays_on``: the twin serves nothing else)
+has its groups enabled once the twin is primed, until it closes; ``begin`` and ``end`` read
+their values and rings instead of switching them. Switching another thread's events costs an
 interrupt to its CPU (``task_function_call``), tens of microseconds per thread on a VM, even
 while the thread sleeps; reading costs one only while the thread runs (spins). Each pool
 thread's window is stamped next to its own reads, so a thread that runs between two reads is
-not counted outside its window.
+not counted outside its window. A pool that also runs unprofiled runs (serve mode) is switched
+on and off around each profiled run instead: those runs must not pay for switch records and
+samples.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class Pool:
 
     groups: list[ThreadGroup]
     problems: list[str]
+    stays_on: bool
+    """The groups are enabled for the pool's life (else only during profiled runs)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def close(self, *, forked_child: bool = False) -> None:
@@ -134,17 +138,19 @@ class PerfCounters:
             log("otel-ort: perf event not counted: %s", line)
         return True
 
-    def pool(self, tids: Iterable[int]) -> Pool:
-        """Groups on a twin's threads, enabled (``prepare`` must have succeeded)."""
+    def pool(self, tids: Iterable[int], *, stays_on: bool) -> Pool:
+        """Groups on a twin's threads, enabled if they are to stay on (``prepare`` must have
+        succeeded)."""
         groups, problems = [], []
         for tid in tids:
             try:
                 group = self._group(tid)
-                group.enable()
+                if stays_on:
+                    group.enable()
                 groups.append(group)
             except OSError as exc:
                 problems.append(f"thread {tid} not counted: {probe.event_problem('group', exc)}")
-        return Pool(groups, problems)
+        return Pool(groups, problems, stays_on)
 
     def attribute(self, raw: RawRun, windows: Sequence[tuple[int, int]]) -> RunCounts:
         """Per-node counts for ``windows`` (ns; the run's node windows, not overlapping)."""
@@ -204,18 +210,23 @@ class PerfCounters:
         except OSError as exc:
             return f"this thread is not counted: {probe.event_problem('group', exc)}"
         pool.lock.acquire()
+        pooled = [g for g in pool.groups if g.tid != group.tid]
         try:
-            pooled = [g for g in pool.groups if g.tid != group.tid]
             befores, starts = [group.frozen or group.read()], []
             for g in pooled:
-                g.discard()  # what they recorded since the last run: not this run's
-                starts.append(time.time_ns())
-                befores.append(g.read())
+                if pool.stays_on:
+                    g.discard()  # what they recorded since the last run: not this run's
+                    starts.append(time.time_ns())
+                    befores.append(g.read())
+                else:
+                    befores.append(g.read())
+                    starts.append(g.enable())
             group.frozen = None
             return Counting([group, *pooled], befores, [group.enable(), *starts], pool)
         except BaseException:
-            with contextlib.suppress(OSError):
-                group.disable()
+            for g in [group] if pool.stays_on else [group, *pooled]:
+                with contextlib.suppress(OSError):
+                    g.disable()
             pool.lock.release()
             raise
 
@@ -226,8 +237,12 @@ class PerfCounters:
             stops = [group.disable()]
             afters = [group.read()]
             for g in pooled:
-                afters.append(g.read())
-                stops.append(time.time_ns())
+                if counting.pool.stays_on:
+                    afters.append(g.read())
+                    stops.append(time.time_ns())
+                else:
+                    stops.append(g.disable())
+                    afters.append(g.read())
             group.frozen = afters[0]
             threads = tuple(
                 ThreadRaw(g.tid, (start, stop), before, after, g.take(), g.ids, g.dense_id)

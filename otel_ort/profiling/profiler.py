@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.baggage import _BAGGAGE_KEY
@@ -101,6 +102,8 @@ class Profiler:
         meter_provider: MeterProvider | None = None,
     ) -> None:
         self.sampler = options.sampler
+        self.serves = options.mode == "serve"
+        """Serve mode: twins run unprofiled runs too (see ``run``)."""
         self._options = options
         self._tracer_provider = tracer_provider
         self._store: ProfileStore | None = None
@@ -147,9 +150,7 @@ class Profiler:
         """Run a selected run on the session's twin, profiled; or say why not."""
         if method != "run":
             return semconv.SKIP_METHOD, f"{method} is not profiled: only run() has a twin"
-        output_names = args[0] if args else kwargs.get("output_names")
-        feeds = args[1] if len(args) > 1 else kwargs.get("input_feed")
-        run_options = args[2] if len(args) > 2 else kwargs.get("run_options")
+        output_names, feeds, run_options = _run_arguments(args, kwargs)
         if not isinstance(feeds, dict):
             return semconv.SKIP_VALUE, f"input_feed is a {type(feeds).__name__}, not a dict"
         if output_names is not None and not isinstance(output_names, list | tuple):
@@ -158,6 +159,47 @@ class Profiler:
         if isinstance(twin, tuple):
             return twin
         return self._run_profiled(twin, feeds, output_names, run_options)
+
+    def run(
+        self, wrapped: Callable[..., Any], session: Any, method: str, args: Any, kwargs: Any
+    ) -> Any:
+        """An unprofiled run: in serve mode on the session's ready twin when the call allows
+        it (which keeps the twin's caches warm for profiled runs), else ORT's own ``wrapped``.
+        Returns or raises what ``wrapped`` would: a run the twin fails is run again there."""
+        if self.serves and method == "run":
+            try:
+                outputs = self._serve(session, args, kwargs)
+            except Exception:
+                report_failure("could not serve a run on its twin")
+                outputs = None
+            if outputs is not None:
+                return outputs
+        return wrapped(*args, **kwargs)
+
+    def _serve(self, session: Any, args: Any, kwargs: Any) -> list[Any] | None:
+        """The run's outputs from the twin; ``None`` where the session must run it: options
+        the twin cannot follow (a ``RunOptions`` may be terminated from another thread), feeds
+        other than numpy arrays, no ready twin (the first such run asks for one), or the
+        twin's failure (counted as ``serve_fallbacks``)."""
+        output_names, feeds, run_options = _run_arguments(args, kwargs)
+        if (
+            run_options is not None
+            or type(feeds) is not dict
+            or not all(type(value) is np.ndarray for value in feeds.values())
+            or not (output_names is None or isinstance(output_names, list | tuple))
+        ):
+            return None
+        twin: Twin | None = session.__dict__.get(_TWIN_KEY)
+        if twin is None or twin.state != "ready" or not twin.serves(self, session):
+            self._serving_twin(session, feeds, output_names)  # builds one if there is none
+            return None
+        if not twin.serves_unprofiled:
+            return None
+        try:
+            return twin.run(feeds, output_names or None)[0]
+        except Exception:  # ORT's error on the twin: the session's own run says it again
+            self._count("serve_fallbacks")
+            return None
 
     def _run_profiled(
         self, twin: Twin, feeds: dict[str, Any], output_names: Any, run_options: Any
@@ -293,6 +335,7 @@ class Profiler:
                     f"this is {api.ort_version}"
                 )
             config = twin_config(session)
+            self_profiling = bool(session.get_session_options().enable_profiling)
         except (ProfileDirError, OSError, TwinUnavailable) as exc:
             self._give_up(twin, str(exc), whole_process=not isinstance(exc, TwinUnavailable))
             return
@@ -315,7 +358,7 @@ class Profiler:
             return
         finally:
             remove_files(self._store.written(files))
-        twin.ready(csession, self._perf_pool(csession))
+        twin.ready(csession, self._perf_pool(csession), serves_unprofiled=not self_profiling)
 
     def _perf_pool(self, csession: CSession) -> Pool | None:
         """perf groups on the twin's threads; ``None`` (and why, on runs) if perf is off or
@@ -323,7 +366,9 @@ class Profiler:
         if self.perf is None:
             return None
         try:
-            return self.perf.pool(csession.thread_ids) if self.perf.prepare() else None
+            if not self.perf.prepare():
+                return None
+            return self.perf.pool(csession.thread_ids, stays_on=not self.serves)
         except Exception:
             report_failure("could not prepare perf counters")
             return None
@@ -497,6 +542,15 @@ class Profiler:
         self._twins = weakref.WeakSet()
         if self.perf is not None:
             self.perf.after_fork_in_child()
+
+
+def _run_arguments(args: Any, kwargs: Any) -> tuple[Any, Any, Any]:
+    """``InferenceSession.run``'s (output_names, input_feed, run_options), however passed."""
+    return (
+        args[0] if args else kwargs.get("output_names"),
+        args[1] if len(args) > 1 else kwargs.get("input_feed"),
+        args[2] if len(args) > 2 else kwargs.get("run_options"),
+    )
 
 
 def _overlapping(windows: list[tuple[float, float]]) -> bool:

@@ -145,6 +145,9 @@ class Twin:
     session: CSession | None = None
     pool: Pool | None = None
     """perf groups on the twin's intra-op threads, when perf counters are on."""
+    serves_unprofiled: bool = False
+    """Whether it may run the session's unprofiled runs (serve mode): not when the session
+    profiles itself (session-level profiling), whose file must hold every run."""
     _in_flight: int = 0
     _condition: threading.Condition = field(default_factory=threading.Condition)
 
@@ -156,12 +159,13 @@ class Twin:
             and self.providers_list is getattr(session, "_providers", None)
         )
 
-    def ready(self, csession: CSession, pool: Pool | None) -> bool:
+    def ready(self, csession: CSession, pool: Pool | None, *, serves_unprofiled: bool) -> bool:
         """Start serving ``csession`` (``pool``: perf groups on its threads); ``False`` (and
         both closed) if already closed."""
         with self._condition:
             if self.state != "closed":
                 self.session, self.pool, self.state = csession, pool, "ready"
+                self.serves_unprofiled = serves_unprofiled
                 return True
         csession.close()
         if pool is not None:

@@ -1,0 +1,183 @@
+"""``profile_mode="serve"``: the twin runs the session's unprofiled runs too, so a profiled run
+finds it warm. Real sessions; the user's session is watched, not replaced."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
+from otel_ort.sampling import Ratio
+from tests.conftest import Telemetry, attrs, instrumentation
+from tests.models import numeric_types_model, string_model
+from tests.perf_models import matmul_chain
+
+CPU = ["CPUExecutionProvider"]
+X = {"x": np.arange(2 * 32, dtype=np.float32).reshape(2, 32) / 64}
+
+
+class Watched:
+    """Stands in for an ``InferenceSession``'s ``_sess`` (ORT's C++ session): counts the runs
+    that reach it and passes everything on."""
+
+    def __init__(self, sess: Any) -> None:
+        self.sess = sess
+        self.runs = 0
+
+    def run(self, *args: Any) -> Any:
+        self.runs += 1
+        return self.sess.run(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sess, name)
+
+
+def watched(session: ort.InferenceSession) -> Watched:
+    watcher = Watched(session._sess)
+    session._sess = watcher
+    return watcher
+
+
+def served(session: ort.InferenceSession, feeds: dict[str, Any]) -> Watched:
+    """Run once (which asks for the twin), wait until the twin serves; watch the session."""
+    session.run(None, feeds)
+    assert flush_profiles(timeout=60)
+    twin = session.__dict__["_otel_ort_twin"]
+    assert twin.state == "ready", twin.reason
+    return watched(session)
+
+
+@pytest.fixture
+def serving(telemetry: Telemetry, tmp_path: Path) -> Iterator[Telemetry]:
+    with instrumentation(
+        **telemetry.providers, profile_mode="serve", profile_dir=str(tmp_path / "profiles")
+    ):
+        yield telemetry
+
+
+def serve_fallbacks() -> int:
+    profiler = OrtInstrumentor()._profiler
+    assert profiler is not None
+    return profiler.counts().get("serve_fallbacks", 0)
+
+
+def same(got: list[Any], want: list[Any]) -> bool:
+    return all(
+        type(g) is type(w)
+        and g.dtype == w.dtype
+        and g.shape == w.shape
+        and (g.tobytes() == w.tobytes() if g.dtype != object else list(g) == list(w))
+        for g, w in zip(got, want, strict=True)
+    )
+
+
+def test_unprofiled_runs_go_to_the_twin_with_bitwise_equal_outputs(serving: Telemetry) -> None:
+    rng = np.random.default_rng(7)
+    cases: list[tuple[bytes, dict[str, Any]]] = [
+        (
+            numeric_types_model(),
+            {
+                "x": rng.standard_normal(50).astype(np.float32),
+                "i": rng.integers(-9, 9, 50),
+                "b": rng.random(50) > 0.5,
+                "h": rng.standard_normal(50).astype(np.float16),
+            },
+        ),
+        (string_model(), {"s": np.array(["a", "bé", "", "long " * 20], dtype=object)}),
+    ]
+    for model, feeds in cases:
+        session = ort.InferenceSession(model, providers=CPU)
+        expected = session.run(None, feeds)
+        session_runs = served(session, feeds)
+        for _ in range(3):
+            assert same(session.run(None, feeds), expected)
+        assert same(session.run(output_names=None, input_feed=feeds), expected)
+        with profile_next_run():
+            assert same(session.run(None, feeds), expected)
+        assert session_runs.runs == 0
+    assert flush_profiles(timeout=60)
+    runs = serving.spans(semconv.SPAN_RUN)
+    assert len(runs) == 2 * 7
+    assert sum(bool(attrs(s).get(semconv.RUN_PROFILED)) for s in runs) == 2
+    assert not [s for s in runs if semconv.PROFILE_SKIP_REASON in attrs(s)]
+
+
+def test_runs_the_twin_cannot_follow_go_to_the_session_unchanged(
+    serving: Telemetry, mlp_path: Path
+) -> None:
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    expected = session.run(None, X)
+    session_runs = served(session, X)
+    assert same(session.run(None, X, ort.RunOptions()), expected)  # may be terminated
+    assert same(session.run(None, {"x": X["x"].tolist()}), expected)  # ORT converts lists
+    session.run_with_ort_values(None, {"x": ort.OrtValue.ortvalue_from_numpy(X["x"])})
+    assert session_runs.runs == 2  # run_with_ort_values does not go through _sess.run
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument) as raised:
+        session.run(None, {"x": X["x"].astype(np.float64)})  # fails on the twin, then on ORT
+    assert "Unexpected input data type" in str(raised.value)
+    assert session_runs.runs == 3 and serve_fallbacks() == 1
+
+
+def test_a_session_profiling_itself_is_never_served(
+    serving: Telemetry, mlp_path: Path, tmp_path: Path
+) -> None:
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "user")
+    session = ort.InferenceSession(mlp_path, options, providers=CPU)
+    session_runs = served(session, X)
+    for _ in range(3):
+        session.run(None, X)
+    with profile_next_run():
+        session.run(None, X)
+    assert flush_profiles(timeout=60)
+    assert session_runs.runs == 3
+    user_events = json.loads(Path(session.end_profiling()).read_text())
+    assert sum(e["name"] == "model_run" for e in user_events) == 4  # every run but the profiled
+    assert sum(bool(attrs(s).get(semconv.RUN_PROFILED)) for s in serving.spans(semconv.SPAN_RUN))
+
+
+def test_threads_share_the_twin_and_profiled_runs_get_their_perf_counts(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """With perf on, the serving twin's pool is counted during profiled runs only."""
+    profiles = tmp_path / "profiles"
+    with instrumentation(
+        **telemetry.providers,
+        profile_mode="serve",
+        profile_dir=str(profiles),
+        profile_sampler=Ratio(0.2),
+        perf_events=["task-clock", "page-faults"],
+    ):
+        session = ort.InferenceSession(matmul_chain(), providers=CPU)
+        feeds = {"x": np.ones((512, 512), np.float32)}
+        expected = session.run(None, feeds)
+        session_runs = served(session, feeds)
+        pool = session.__dict__["_otel_ort_twin"].pool
+        assert pool is not None and not pool.stays_on
+        failures: list[BaseException] = []
+
+        def hammer() -> None:
+            try:
+                for _ in range(25):
+                    assert same(session.run(None, feeds), expected)
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads = [threading.Thread(target=hammer) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert flush_profiles(timeout=60)
+    assert not failures and session_runs.runs == 0
+    profiled = [s for s in telemetry.spans(semconv.SPAN_RUN) if attrs(s).get(semconv.RUN_PROFILED)]
+    assert profiled and len(list(profiles.glob("otel-ort_*.json"))) == len(profiled)
+    assert all(attrs(s)["perf.task-clock"] > 0 for s in profiled)
