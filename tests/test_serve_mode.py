@@ -65,7 +65,7 @@ def serving(telemetry: Telemetry, tmp_path: Path) -> Iterator[Telemetry]:
 def serve_fallbacks() -> int:
     profiler = OrtInstrumentor()._profiler
     assert profiler is not None
-    return profiler.counts().get("serve_fallbacks", 0)
+    return int(profiler.counts().get("serve_fallbacks", 0))
 
 
 def same(got: list[Any], want: list[Any]) -> bool:
