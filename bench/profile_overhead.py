@@ -16,9 +16,12 @@ drift hits them alike; differences are taken per iteration and their median repo
   otel-ort              instrumented ``InferenceSession.run``, not profiled
   otel-ort profiled     the same inside ``profile_next_run()``: runs on the twin, profiled
 Ours = otel-ort profiled - otel-ort: how much longer the caller waits. Target: ours <= ORT's
-+ 0.3 ms. The profiler's worker converts each profiled run in the background: "worker idle"
-calls ``flush_profiles()`` before every timed call, outside the timer; "worker busy" does not,
-so conversions run during the timed calls and, with few cores, compete with them for CPU.
++ 0.3 ms. Both profile modes are measured, one after the other: "twin" (the default: the user's
+session runs the unprofiled runs, so the twin's weights are cold when a profiled run comes) and
+"serve" (the twin runs the unprofiled runs too, so it is warm). The profiler's worker converts
+each profiled run in the background: "worker idle" calls ``flush_profiles()`` before every timed
+call, outside the timer; "worker busy" does not, so conversions run during the timed calls and,
+with few cores, compete with them for CPU.
 
 Memory: the resident set (VmRSS) before and after the twin of a bigger model is built, next to
 the model's weight bytes and to what the user's own InferenceSession added.
@@ -61,6 +64,7 @@ TARGET_MS = 0.3
 C_PLAIN, C_PROFILED, C_COLD = "C API", "C API profiled", "C API profiled, cold"
 OURS_PLAIN, OURS_PROFILED = "otel-ort", "otel-ort profiled"
 VARIANTS = ("worker idle", "worker busy")
+MODES = ("twin", "serve")
 MIB = 1024 * 1024
 
 
@@ -239,16 +243,24 @@ def variant_rows(samples: dict[str, list[int]], counts: Counter[str]) -> dict[st
 NOTES = """\
 Each timed call follows an untimed unprofiled run of the same session; "C API profiled, cold"
 and "otel-ort profiled" follow one of the user's session (the twin's weights are a second copy).
+In serve mode the user's session is the twin for unprofiled runs: "otel-ort run" and the run
+before "otel-ort profiled" execute on the twin, through the C API.
 worker idle: flush_profiles() before each timed call, outside the timer: the worker's
 conversions stay out of the timed calls.
 worker busy: no flushing between iterations: conversions run during the timed calls and compete
 with them for CPU ({cpus} CPUs here)."""
 
 
-def latency_report(samples, counts, node_events: int, args: argparse.Namespace) -> str:
-    columns = {variant: variant_rows(samples[variant], counts[variant]) for variant in VARIANTS}
-    rows: list[tuple[str, ...]] = [("median, ms", *VARIANTS)]
-    rows += [(label, *(columns[v][label] for v in VARIANTS)) for label in columns[VARIANTS[0]]]
+def latency_report(measured, node_events: int, args: argparse.Namespace) -> str:
+    """``measured``: per mode, (samples, counts) per variant."""
+    columns = {
+        f"{mode}, {variant}": variant_rows(samples[variant], counts[variant])
+        for mode, (samples, counts) in measured.items()
+        for variant in VARIANTS
+    }
+    names = list(columns)
+    rows: list[tuple[str, ...]] = [("median, ms", *names)]
+    rows += [(label, *(columns[name][label] for name in names)) for label in columns[names[0]]]
     where = "the thread that made the sessions" if args.same_thread else "a request thread"
     header = (
         f"profiled vs unprofiled run: MLP {args.batch}x{args.width}, depth {args.depth}, "
@@ -282,21 +294,29 @@ def main(argv: list[str] | None = None) -> int:
     tracer_provider.add_span_processor(BatchSpanProcessor(NullExporter(), max_queue_size=65536))
     reader = InMemoryMetricReader()
     instrumentor = OrtInstrumentor()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    measured = {}
     with tempfile.TemporaryDirectory() as temporary:
-        workdir = Path(temporary)
-        instrumentor.instrument(
-            tracer_provider=tracer_provider,
-            meter_provider=MeterProvider(metric_readers=[reader]),
-            profile_sampler=Never(),
-            profile_dir=str(workdir / "profiles"),
-        )
-        try:
-            samples, node_events, counts = measure_latency(args, workdir, reader)
-            memory = measure_memory(workdir, width=1024, depth=8)
-        finally:
-            instrumentor.uninstrument()
-            tracer_provider.shutdown()
-    print(f"\n{latency_report(samples, counts, node_events, args)}\n")
+        for mode in MODES:
+            workdir = Path(temporary) / mode
+            workdir.mkdir()
+            instrumentor.instrument(
+                tracer_provider=tracer_provider,
+                meter_provider=meter_provider,
+                profile_sampler=Never(),
+                profile_dir=str(workdir / "profiles"),
+                profile_mode=mode,
+            )
+            print(f"profile_mode={mode}", file=sys.stderr)
+            try:
+                samples, node_events, counts = measure_latency(args, workdir, reader)
+                measured[mode] = samples, counts
+                if mode == "twin":
+                    memory = measure_memory(workdir, width=1024, depth=8)
+            finally:
+                instrumentor.uninstrument()
+    tracer_provider.shutdown()
+    print(f"\n{latency_report(measured, node_events, args)}\n")
     print("resident memory added (VmRSS), MLP 1024 wide, 8 layers\n")
     print(format_table([("what", "MiB", "x weights"), *memory]))
     print(f"\nthe C API library copy and its OrtEnv, once per process: {library / MIB:.1f} MiB")

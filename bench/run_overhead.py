@@ -10,7 +10,10 @@ machine's drift hits them alike; a difference is taken per iteration and its med
   instrumented  ``session.run`` through otel-ort, same SDK providers (BatchSpanProcessor with
                 a null exporter, SDK MeterProvider)
   noop          ``session.run`` through otel-ort with no-op tracer and meter providers
-Own cost = instrumented - by hand. Targets: own cost <= 5 us; noop - bare <= 2 us.
+  served        ``session.run`` through otel-ort in ``profile_mode="serve"``, SDK providers:
+                the run executes on the session's twin, through the C API
+Own cost = instrumented - by hand. Targets: own cost <= 5 us; noop - bare <= 2 us. Serve
+mode's extra = (served - by hand) - own cost: what running on the twin adds.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 
@@ -31,7 +35,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import NoOpTracerProvider, SpanKind
 
-from otel_ort import OrtInstrumentor, semconv
+from otel_ort import OrtInstrumentor, flush_profiles, semconv
 from otel_ort.demo_model import mlp_model
 from otel_ort.feeds import describe_feeds
 from otel_ort.metrics import run_duration_histogram
@@ -106,17 +110,24 @@ def main(argv: list[str] | None = None) -> int:
         return session.run(None, feed)
 
     instrumentor = OrtInstrumentor()
+    profiles = tempfile.TemporaryDirectory()
+    serve = {"profile_mode": "serve", "profile_dir": profiles.name}
     setups = {
         "sdk": ({"bare": bare, "by hand": by_hand, "instrumented": instrumented}, tracer_provider,
-                meter_provider),
-        "noop": ({"bare": bare, "noop": instrumented}, NoOpTracerProvider(), NoOpMeterProvider()),
+                meter_provider, {}),
+        "noop": ({"bare": bare, "noop": instrumented}, NoOpTracerProvider(), NoOpMeterProvider(),
+                 {}),
+        "serve": ({"bare": bare, "by hand": by_hand, "served": instrumented}, tracer_provider,
+                  meter_provider, serve),
     }  # fmt: skip
     samples: dict[str, list[int]] = {}
     for _ in range(500):
         bare()
     for done in range(args.rounds):
-        for setup, (calls, tracers, meters) in setups.items():
-            instrumentor.instrument(tracer_provider=tracers, meter_provider=meters)
+        for setup, (calls, tracers, meters, options) in setups.items():
+            instrumentor.instrument(tracer_provider=tracers, meter_provider=meters, **options)
+            instrumented()  # in serve mode: asks for the twin
+            flush_profiles()  # ... and waits until it serves
             paired(calls, 100)  # warm-up after switching
             for name, values in paired(calls, args.calls).items():
                 samples.setdefault(f"{setup}/{name}", []).extend(values)
@@ -124,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\rround {done + 1}/{args.rounds}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     tracer_provider.shutdown()
+    profiles.cleanup()
 
     bare_us = median_us(samples["sdk/bare"])
     own = median_diff_us(samples["sdk/instrumented"], samples["sdk/by hand"])
@@ -137,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
          ""),
         ("otel-ort's own cost (instrumented - by hand)", own, "target <= 5 us"),
         ("total overhead, no-op providers (noop - bare)", noop, "target <= 2 us"),
+        ("serve mode: run on the twin (SDK providers)", median_us(samples["serve/served"]), ""),
+        ("serve mode's extra ((served - by hand) - own)",
+         median_diff_us(samples["serve/served"], samples["serve/by hand"]) - own, ""),
     ]  # fmt: skip
     n = args.rounds * args.calls
     print(f"\nunprofiled run of a 1-layer MLP; medians over {n} iterations, differences paired\n")

@@ -212,47 +212,27 @@ class PerfCounters:
         pool.lock.acquire()
         pooled = [g for g in pool.groups if g.tid != group.tid]
         try:
-            befores, starts = [group.frozen or group.read()], []
-            for g in pooled:
-                if pool.stays_on:
-                    g.discard()  # what they recorded since the last run: not this run's
-                    starts.append(time.time_ns())
-                    befores.append(g.read())
-                else:
-                    befores.append(g.read())
-                    starts.append(g.enable())
-            group.frozen = None
-            return Counting([group, *pooled], befores, [group.enable(), *starts], pool)
+            started = [_start(g, switched=not pool.stays_on) for g in pooled]
+            started.insert(0, _start(group, switched=True))  # the last, nearest to the run
         except BaseException:
             for g in [group] if pool.stays_on else [group, *pooled]:
                 with contextlib.suppress(OSError):
                     g.disable()
             pool.lock.release()
             raise
+        befores, starts = zip(*started, strict=True)
+        return Counting([group, *pooled], list(befores), list(starts), pool)
 
     def end(self, counting: Counting) -> RawRun:
         """Stop counting; what the worker needs. Releases the pool."""
         group, *pooled = counting.groups
         try:
-            stops = [group.disable()]
-            afters = [group.read()]
-            for g in pooled:
-                if counting.pool.stays_on:
-                    afters.append(g.read())
-                    stops.append(time.time_ns())
-                else:
-                    stops.append(g.disable())
-                    afters.append(g.read())
-            group.frozen = afters[0]
+            stopped = [_stop(group, switched=True)]
+            stopped += [_stop(g, switched=not counting.pool.stays_on) for g in pooled]
             threads = tuple(
                 ThreadRaw(g.tid, (start, stop), before, after, g.take(), g.ids, g.dense_id)
-                for g, start, stop, before, after in zip(
-                    counting.groups,
-                    counting.started_at,
-                    stops,
-                    counting.befores,
-                    afters,
-                    strict=True,
+                for g, start, before, (after, stop) in zip(
+                    counting.groups, counting.started_at, counting.befores, stopped, strict=True
                 )
             )
         finally:
@@ -291,6 +271,29 @@ class PerfCounters:
         """The parent's threads do not exist here: drop their groups (closing our copies of
         the fds)."""
         self.close()
+
+
+def _start(group: ThreadGroup, *, switched: bool) -> tuple[tuple[Read, Read | None], int]:
+    """A group's values at a run's start, and when its window starts. A ``switched`` group is
+    enabled (its values, read when it was last disabled, held since); one that stays on is
+    read, what its rings hold dropped."""
+    if switched:
+        before = group.frozen or group.read()
+        group.frozen = None
+        return before, group.enable()
+    group.discard()  # what it recorded since the last run: not this run's
+    started = time.time_ns()
+    return group.read(), started
+
+
+def _stop(group: ThreadGroup, *, switched: bool) -> tuple[tuple[Read, Read | None], int]:
+    """A group's values at a run's end, and when its window ends (see ``_start``)."""
+    if switched:
+        stopped = group.disable()
+        group.frozen = group.read()
+        return group.frozen, stopped
+    after = group.read()
+    return after, time.time_ns()
 
 
 def _line(event: Unavailable) -> str:

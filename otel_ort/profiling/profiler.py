@@ -283,7 +283,6 @@ class Profiler:
         """Hand a profiled run to the worker (into the place ``attempt`` reserved); the worker
         ends ``span`` at ``end_ns``."""
         self.worker.submit(lambda: self._convert(span, end_ns, run, session_facts), reserved=True)
-        self._count_run("profiled")
 
     # -- twins ----------------------------------------------------------------------------
 
@@ -384,6 +383,7 @@ class Profiler:
     def _convert(self, span: Span, end_ns: int, run: ProfiledRun, session_facts: Any) -> None:
         """Worker: the run's spans and kept file; the run span ends whatever happens, a problem
         is counted (``profile_error``) and said on it, ORT's raw file never stays behind."""
+        self._count_run("profiled")  # here, not on the request thread
         problems: list[str] = []
         try:
             self._keep_profile(span, run, session_facts, problems)
