@@ -1,5 +1,6 @@
-"""Slow end-to-end profiling checks: a 30 s hammering of one session from 8 threads, and the
-conversion of pending profiles at interpreter exit (a real subprocess)."""
+"""Slow end-to-end profiling checks: a 30 s hammering of one session from 8 threads (in each
+profile mode), and the conversion of pending profiles at interpreter exit (a real
+subprocess)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,11 @@ pytestmark = pytest.mark.e2e
 HAMMER_SECONDS = 30.0
 
 
-def test_eight_threads_ten_percent_for_thirty_seconds(telemetry: Telemetry, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["twin", "serve"])
+def test_eight_threads_ten_percent_for_thirty_seconds(
+    telemetry: Telemetry, tmp_path: Path, mode: str
+) -> None:
+    """In serve mode the twin also runs the unprofiled runs, concurrently with profiled ones."""
     directory = tmp_path / "profiles"
     feeds = {"x": np.ones((8, 128), np.float32)}
     failures: list[BaseException] = []
@@ -38,6 +43,7 @@ def test_eight_threads_ten_percent_for_thirty_seconds(telemetry: Telemetry, tmp_
         profile_dir=str(directory),
         profile_max_files=1_000_000,
         profile_max_bytes=2**40,
+        profile_mode=mode,
     ):
         session = ort.InferenceSession(
             mlp_model(width=128, depth=6), providers=["CPUExecutionProvider"]

@@ -132,7 +132,7 @@ def run_options_arguments(run_options: Any) -> dict[str, Any]:
 @dataclass(eq=False)
 class Twin:
     """One session's twin and where it stands: ``building`` → ``ready`` or ``failed``, and
-    ``closed`` at the end. ``close`` waits for runs in flight on it."""
+    ``closed`` at the end. ``close`` waits for runs in flight on it (``CSession.close``)."""
 
     owner: object
     """The profiler that built it: another one (after re-instrumenting) builds its own."""
@@ -148,8 +148,7 @@ class Twin:
     serves_unprofiled: bool = False
     """Whether it may run the session's unprofiled runs (serve mode): not when the session
     profiles itself (session-level profiling), whose file must hold every run."""
-    _in_flight: int = 0
-    _condition: threading.Condition = field(default_factory=threading.Condition)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def serves(self, owner: object, session: Any) -> bool:
         """Whether this twin still stands for ``session`` under ``owner``."""
@@ -162,7 +161,7 @@ class Twin:
     def ready(self, csession: CSession, pool: Pool | None, *, serves_unprofiled: bool) -> bool:
         """Start serving ``csession`` (``pool``: perf groups on its threads); ``False`` (and
         both closed) if already closed."""
-        with self._condition:
+        with self._lock:
             if self.state != "closed":
                 self.session, self.pool, self.state = csession, pool, "ready"
                 self.serves_unprofiled = serves_unprofiled
@@ -173,7 +172,7 @@ class Twin:
         return False
 
     def fail(self, reason: str) -> None:
-        with self._condition:
+        with self._lock:
             if self.state != "closed":
                 self.state, self.reason = "failed", reason
 
@@ -181,19 +180,12 @@ class Twin:
         self, feeds: Mapping[str, Any], output_names: Any, **arguments: Any
     ) -> tuple[list[Any], int]:
         """``CSession.run`` on the twin: its outputs, and when it called ORT (ns since the
-        epoch); ``RuntimeError`` if it is not ready."""
-        with self._condition:
-            csession = self.session
-            if csession is None:
-                raise RuntimeError(f"the twin is {self.state}")
-            self._in_flight += 1
-        try:
-            outputs = csession.run(feeds, output_names, **arguments)
-            return outputs, csession.last_run_started_ns()
-        finally:
-            with self._condition:
-                self._in_flight -= 1
-                self._condition.notify_all()
+        epoch); ``RuntimeError`` if it is not ready, or closes meanwhile."""
+        csession = self.session  # no lock: runs must not queue behind each other
+        if csession is None:
+            raise RuntimeError(f"the twin is {self.state}")
+        outputs = csession.run(feeds, output_names, **arguments)
+        return outputs, csession.last_run_started_ns()
 
     def close(self) -> None:
         """Release the C-API session once no run is in flight on it. In a forked child the
@@ -207,11 +199,10 @@ class Twin:
                 self.pool.close(forked_child=True)  # our copies of the parent's fds
             self.session, self.pool, self.state = None, None, "closed"
             return
-        with self._condition:
-            self._condition.wait_for(lambda: self._in_flight == 0)
+        with self._lock:
             csession, self.session, self.state = self.session, None, "closed"
             pool, self.pool = self.pool, None
         if csession is not None:
-            csession.close()
+            csession.close()  # once the runs in flight have returned
         if pool is not None:
             pool.close()
