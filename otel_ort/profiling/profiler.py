@@ -131,6 +131,11 @@ class Profiler:
         self._deleted_counter = meter.create_counter(
             semconv.METRIC_PROFILE_FILES_DELETED, "{file}", "Profile files deleted by retention."
         )
+        self._fallbacks_counter = meter.create_counter(
+            semconv.METRIC_SERVE_FALLBACKS,
+            "{run}",
+            "Serve mode: runs the twin failed, run again on ORT's own session.",
+        )
         atexit.register(self.shutdown)
         reference = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _after_fork(reference))
@@ -199,6 +204,7 @@ class Profiler:
             return twin.run(feeds, output_names or None)[0]
         except Exception:  # ORT's error on the twin: the session's own run says it again
             self._count("serve_fallbacks")
+            self._fallbacks_counter.add(1)
             return None
 
     def _run_profiled(
@@ -501,7 +507,7 @@ class Profiler:
 
     def counts(self) -> dict[str, int]:
         """This process's totals: selected runs by outcome (``profiled`` or the skip reason),
-        ``spans_dropped``, ``files_deleted``."""
+        ``spans_dropped``, ``files_deleted``, ``serve_fallbacks``."""
         with self._counts_lock:
             return dict(self._counts)
 
