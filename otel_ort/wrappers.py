@@ -101,7 +101,10 @@ class RunTelemetry:
 
     def __init__(self, options: Options, profiler: Profiler | None = None) -> None:
         self._profiler = profiler
-        self._serve = profiler.run if profiler is not None and profiler.serves else None
+        self._run_unprofiled = (
+            profiler.run_unprofiled if profiler is not None and profiler.serve_mode else None
+        )
+        """Serve mode: where unprofiled runs go (maybe to the twin)."""
         self._tracer = get_tracer("otel_ort", __version__, options.tracer_provider)
         self._duration = run_duration_histogram(
             get_meter("otel_ort", __version__, options.meter_provider)
@@ -142,10 +145,10 @@ class RunTelemetry:
                     return profiled.outputs
                 start = perf_counter()
             try:
-                if self._serve is None:
+                if self._run_unprofiled is None:
                     result = wrapped(*args, **kwargs)
-                else:  # serve mode: maybe on the twin
-                    result = self._serve(wrapped, session, method, args, kwargs)
+                else:
+                    result = self._run_unprofiled(wrapped, session, method, args, kwargs)
             except BaseException as exc:
                 self._finish(span, facts, session, perf_counter() - start, exc)
                 raise

@@ -39,6 +39,31 @@ def string_model() -> bytes:
     return _serialize(graph)
 
 
+def unary_model(op: str) -> bytes:
+    """One float op, ``x`` to ``y``: two models with the same signature and different results."""
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"], name=op.lower())],
+        op.lower(),
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])],
+    )
+    return _serialize(graph)
+
+
+def unused_input_model() -> bytes:
+    """Inputs ``a`` and ``b``, where ``b`` feeds no node: ORT's Python API still requires it."""
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["a"], ["y"], name="neg")],
+        "unused_input",
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n"]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n"]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])],
+    )
+    return _serialize(graph)
+
+
 def _serialize(graph: GraphProto) -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     data: bytes = model.SerializeToString()

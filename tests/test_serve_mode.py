@@ -16,7 +16,7 @@ import pytest
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
 from otel_ort.sampling import Ratio
 from tests.conftest import Telemetry, attrs, instrumentation
-from tests.models import numeric_types_model, string_model
+from tests.models import numeric_types_model, string_model, unary_model, unused_input_model
 from tests.perf_models import matmul_chain
 
 CPU = ["CPUExecutionProvider"]
@@ -180,7 +180,68 @@ def test_threads_share_the_twin_and_profiled_runs_get_their_perf_counts(
         for thread in threads:
             thread.join()
         assert flush_profiles(timeout=60)
-    assert not failures and session_runs.runs == 0
+    assert not failures
+    assert session_runs.runs < 100  # only those during a counted profiled run (next test)
     profiled = [s for s in telemetry.spans(semconv.SPAN_RUN) if attrs(s).get(semconv.RUN_PROFILED)]
     assert profiled and len(list(profiles.glob("otel-ort_*.json"))) == len(profiled)
     assert all(attrs(s)["perf.task-clock"] > 0 for s in profiled)
+
+
+def test_while_a_profiled_run_is_counted_other_runs_go_to_the_session(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """The pool's counts of a profiled run must be its own: other runs of the session do not
+    share the twin's threads meanwhile (the counted run holds its pool's lock)."""
+    with instrumentation(
+        **telemetry.providers, profile_mode="serve", profile_dir=str(tmp_path), perf_events=True
+    ):
+        session = ort.InferenceSession(matmul_chain(), providers=CPU)
+        feeds = {"x": np.ones((512, 512), np.float32)}
+        session_runs = served(session, feeds)
+        pool = session.__dict__["_otel_ort_twin"].pool
+        assert pool is not None
+        session.run(None, feeds)
+        assert session_runs.runs == 0
+        with pool.lock:  # as during a counted profiled run
+            session.run(None, feeds)
+        assert session_runs.runs == 1
+
+
+def test_calls_ort_refuses_are_refused_as_without_otel_ort(
+    serving: Telemetry, tmp_path: Path
+) -> None:
+    model = unused_input_model()
+    feeds = {"a": np.ones(2, np.float32)}
+    session = ort.InferenceSession(model, providers=CPU)
+    served(session, {**feeds, "b": np.ones(2, np.float32)})
+    with pytest.raises(ValueError, match="Required inputs"):
+        session.run(None, feeds)  # "b" feeds no node: the C API would not mind
+    with profile_next_run(), pytest.raises(ValueError, match="Required inputs"):
+        session.run(None, feeds)
+    full = {**feeds, "b": np.ones(2, np.float32)}
+    run: Any = session.run  # calls that do not bind, as a user may write them
+    for args, kwargs in (
+        ((), {"input_feed": full}),
+        ((None, full), {"run_option": None}),
+        ((None, full, None, 5), {}),
+        ((None, full), {"input_feed": full}),
+    ):
+        with pytest.raises(TypeError):
+            run(*args, **kwargs)
+    assert serve_fallbacks(serving) == 0
+
+
+def test_a_model_file_replaced_after_the_session_was_made_is_not_twinned(
+    serving: Telemetry, tmp_path: Path
+) -> None:
+    path = tmp_path / "model.onnx"
+    path.write_bytes(unary_model("Neg"))
+    session = ort.InferenceSession(path, providers=CPU)
+    path.write_bytes(unary_model("Abs"))  # the next export to the same path
+    x = {"x": np.array([1.0, -2.0], np.float32)}
+    for _ in range(2):
+        session.run(None, x)
+        assert flush_profiles(timeout=60)
+    assert session.run(None, x)[0].tolist() == [-1.0, 2.0]
+    twin = session.__dict__["_otel_ort_twin"]
+    assert twin.state == "failed" and "model file changed" in twin.reason

@@ -9,7 +9,7 @@ enabled; the worker then parses what the run's groups recorded and ``attribute``
 run's nodes. A twin's pool is used by one profiled run at a time: concurrent profiled runs on
 one session take turns while perf counting is on.
 
-A pool whose threads work for profiled runs only (``stays_on``: the twin serves nothing else)
+A pool whose threads work for profiled runs only (``stays_on``: the twin runs nothing else)
 has its groups enabled once the twin is primed, until it closes; ``begin`` and ``end`` read
 their values and rings instead of switching them. Switching another thread's events costs an
 interrupt to its CPU (``task_function_call``), tens of microseconds per thread on a VM, even
@@ -23,6 +23,7 @@ samples.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -225,10 +226,20 @@ class PerfCounters:
 
     def end(self, counting: Counting) -> RawRun:
         """Stop counting; what the worker needs. Releases the pool."""
-        group, *pooled = counting.groups
+        # the calling thread's group always switches; the pool's unless they stay on
+        switches = [i == 0 or not counting.pool.stays_on for i in range(len(counting.groups))]
         try:
-            stopped = [_stop(group, switched=True)]
-            stopped += [_stop(g, switched=not counting.pool.stays_on) for g in pooled]
+            stopped = []
+            try:
+                for g, switched in zip(counting.groups, switches, strict=True):
+                    stopped.append(_stop(g, switched=switched))
+            except BaseException:  # no group may be left counting
+                rest = zip(counting.groups, switches, strict=True)
+                for g, switched in itertools.islice(rest, len(stopped), None):
+                    if switched:
+                        with contextlib.suppress(OSError):
+                            g.disable()
+                raise
             threads = tuple(
                 ThreadRaw(g.tid, (start, stop), before, after, g.take(), g.ids, g.dense_id)
                 for g, start, before, (after, stop) in zip(
@@ -280,6 +291,7 @@ def _start(group: ThreadGroup, *, switched: bool) -> tuple[tuple[Read, Read | No
     if switched:
         before = group.frozen or group.read()
         group.frozen = None
+        group.discard()  # nothing, unless a record came in as it was switched off
         return before, group.enable()
     group.discard()  # what it recorded since the last run: not this run's
     started = time.time_ns()

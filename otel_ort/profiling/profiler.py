@@ -53,7 +53,13 @@ from otel_ort.profiling.store import (
     default_profile_dir,
     remove_files,
 )
-from otel_ort.profiling.twin import Twin, TwinUnavailable, run_options_arguments, twin_config
+from otel_ort.profiling.twin import (
+    Twin,
+    TwinUnavailable,
+    required_inputs,
+    run_options_arguments,
+    twin_config,
+)
 from otel_ort.profiling.worker import Worker
 from otel_ort.sampling import PROFILE_BAGGAGE_KEY, Never, take_forced
 from otel_ort.spans import SpanBuilder
@@ -66,6 +72,8 @@ _ATTEMPTS_KEY = "_otel_ort_twin_attempts"
 _MAX_PRIMING_ATTEMPTS = 3
 _MAX_DETAIL = 512
 _SHUTDOWN_TIMEOUT_S = 30.0
+_RUN_PARAMETERS = ("output_names", "input_feed", "run_options")
+_MISMATCH = "the call does not match run(output_names, input_feed, run_options=None)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +110,8 @@ class Profiler:
         meter_provider: MeterProvider | None = None,
     ) -> None:
         self.sampler = options.sampler
-        self.serves = options.mode == "serve"
-        """Serve mode: twins run unprofiled runs too (see ``run``)."""
+        self.serve_mode = options.mode == "serve"
+        """Twins run unprofiled runs too (see ``run_unprofiled``)."""
         self._options = options
         self._tracer_provider = tracer_provider
         self._store: ProfileStore | None = None
@@ -134,7 +142,7 @@ class Profiler:
         self._fallbacks_counter = meter.create_counter(
             semconv.METRIC_SERVE_FALLBACKS,
             "{run}",
-            "Serve mode: runs the twin failed, run again on ORT's own session.",
+            "Serve mode: runs the twin did not complete, run again on ORT's own session.",
         )
         atexit.register(self.shutdown)
         reference = weakref.ref(self)
@@ -155,23 +163,24 @@ class Profiler:
         """Run a selected run on the session's twin, profiled; or say why not."""
         if method != "run":
             return semconv.SKIP_METHOD, f"{method} is not profiled: only run() has a twin"
-        output_names, feeds, run_options = _run_arguments(args, kwargs)
-        if not isinstance(feeds, dict):
-            return semconv.SKIP_VALUE, f"input_feed is a {type(feeds).__name__}, not a dict"
-        if output_names is not None and not isinstance(output_names, list | tuple):
-            return semconv.SKIP_VALUE, f"output_names is a {type(output_names).__name__}"
+        call = _twin_call(args, kwargs)
+        if isinstance(call, str):
+            return semconv.SKIP_VALUE, call
+        output_names, feeds, run_options = call
         twin = self._serving_twin(session, feeds, output_names)
         if isinstance(twin, tuple):
             return twin
+        if not twin.has_required(feeds):
+            return semconv.SKIP_VALUE, "required inputs are missing: ORT's own run raises"
         return self._run_profiled(twin, feeds, output_names, run_options)
 
-    def run(
+    def run_unprofiled(
         self, wrapped: Callable[..., Any], session: Any, method: str, args: Any, kwargs: Any
     ) -> Any:
-        """An unprofiled run: in serve mode on the session's ready twin when the call allows
-        it (which keeps the twin's caches warm for profiled runs), else ORT's own ``wrapped``.
+        """Serve mode: an unprofiled run on the session's ready twin when the call allows it
+        (which keeps the twin's caches warm for profiled runs), else ORT's own ``wrapped``.
         Returns or raises what ``wrapped`` would: a run the twin fails is run again there."""
-        if self.serves and method == "run":
+        if method == "run":
             try:
                 outputs = self._serve(session, args, kwargs)
             except Exception:
@@ -182,29 +191,30 @@ class Profiler:
         return wrapped(*args, **kwargs)
 
     def _serve(self, session: Any, args: Any, kwargs: Any) -> list[Any] | None:
-        """The run's outputs from the twin; ``None`` where the session must run it: options
-        the twin cannot follow (a ``RunOptions`` may be terminated from another thread), feeds
-        other than numpy arrays, no ready twin (the first such run asks for one), or the
-        twin's failure (counted as ``serve_fallbacks``)."""
-        output_names, feeds, run_options = _run_arguments(args, kwargs)
-        if (
-            run_options is not None
-            or type(feeds) is not dict
-            or not all(type(value) is np.ndarray for value in feeds.values())
-            or not (output_names is None or isinstance(output_names, list | tuple))
-        ):
+        """The run's outputs from the twin; ``None`` where the session must run it: a call the
+        twin cannot take or whose ``RunOptions`` it cannot follow (one may be terminated from
+        another thread), no ready twin (the first such run asks for one), a profiled run in
+        progress on the twin (its pool's counts must be its own), or the twin's failure."""
+        call = _twin_call(args, kwargs)
+        if isinstance(call, str) or call[2] is not None:
             return None
+        output_names, feeds, _ = call
         twin: Twin | None = session.__dict__.get(_TWIN_KEY)
-        if twin is None or twin.state != "ready" or not twin.serves(self, session):
+        if twin is None or twin.state != "ready" or not twin.matches(self, session):
             self._serving_twin(session, feeds, output_names)  # builds one if there is none
             return None
-        if not twin.serves_unprofiled:
+        pool = twin.pool
+        if not twin.serves_unprofiled or (pool is not None and pool.lock.locked()):
+            return None
+        if not twin.has_required(feeds):
             return None
         try:
             return twin.run(feeds, output_names or None)[0]
-        except Exception:  # ORT's error on the twin: the session's own run says it again
+        except Exception as exc:  # the session's own run returns or raises as it would
             self._count("serve_fallbacks")
             self._fallbacks_counter.add(1)
+            if isinstance(exc, UnsupportedValue):  # outputs the binding cannot convert
+                twin.serves_unprofiled = False  # would fail every time: stop trying
             return None
 
     def _run_profiled(
@@ -265,7 +275,7 @@ class Profiler:
         if self._unavailable:
             return semconv.SKIP_UNAVAILABLE, self._unavailable
         twin: Twin | None = session.__dict__.get(_TWIN_KEY)
-        if twin is None or twin.state == "closed" or not twin.serves(self, session):
+        if twin is None or twin.state == "closed" or not twin.matches(self, session):
             return self._start_twin(session, feeds, output_names)
         if twin.state == "building":
             return semconv.SKIP_TWIN_NOT_READY, "the twin is being built"
@@ -295,7 +305,7 @@ class Profiler:
     def _start_twin(self, session: Any, feeds: dict[str, Any], output_names: Any) -> Skipped:
         with self._lock:
             twin = session.__dict__.get(_TWIN_KEY)
-            if twin is not None and twin.state != "closed" and twin.serves(self, session):
+            if twin is not None and twin.state != "closed" and twin.matches(self, session):
                 return semconv.SKIP_TWIN_NOT_READY, "the twin is being built"
             attempts = session.__dict__.get(_ATTEMPTS_KEY, 0) + 1
             if twin is not None and twin.state != "closed":  # superseded: ORT rebuilt the session
@@ -340,7 +350,9 @@ class Profiler:
                     f"this is {api.ort_version}"
                 )
             config = twin_config(session)
-            self_profiling = bool(session.get_session_options().enable_profiling)
+            required = required_inputs(session)
+            # a session profiling itself must run every run: its file must hold them all
+            serves = self.serve_mode and not session.get_session_options().enable_profiling
         except (ProfileDirError, OSError, TwinUnavailable) as exc:
             self._give_up(twin, str(exc), whole_process=not isinstance(exc, TwinUnavailable))
             return
@@ -363,17 +375,19 @@ class Profiler:
             return
         finally:
             remove_files(self._store.written(files))
-        twin.ready(csession, self._perf_pool(csession), serves_unprofiled=not self_profiling)
+        pool = self._perf_pool(csession, stays_on=not serves)
+        twin.ready(csession, pool, serves_unprofiled=serves, required_inputs=required)
 
-    def _perf_pool(self, csession: CSession) -> Pool | None:
-        """perf groups on the twin's threads; ``None`` (and why, on runs) if perf is off or
-        cannot count: that never stops the twin from serving."""
+    def _perf_pool(self, csession: CSession, *, stays_on: bool) -> Pool | None:
+        """perf groups on the twin's threads (``stays_on``: enabled for the twin's life, when
+        it runs profiled runs only); ``None`` (and why, on runs) if perf is off or cannot
+        count: that never stops the twin from serving."""
         if self.perf is None:
             return None
         try:
             if not self.perf.prepare():
                 return None
-            return self.perf.pool(csession.thread_ids, stays_on=not self.serves)
+            return self.perf.pool(csession.thread_ids, stays_on=stays_on)
         except Exception:
             report_failure("could not prepare perf counters")
             return None
@@ -550,13 +564,28 @@ class Profiler:
             self.perf.after_fork_in_child()
 
 
-def _run_arguments(args: Any, kwargs: Any) -> tuple[Any, Any, Any]:
-    """``InferenceSession.run``'s (output_names, input_feed, run_options), however passed."""
-    return (
-        args[0] if args else kwargs.get("output_names"),
-        args[1] if len(args) > 1 else kwargs.get("input_feed"),
-        args[2] if len(args) > 2 else kwargs.get("run_options"),
-    )
+def _twin_call(args: Any, kwargs: Any) -> tuple[Any, dict[str, Any], Any] | str:
+    """A ``run`` call's (output_names, input_feed, run_options) if the twin can take it:
+    feeds a dict of numpy arrays, output names a list or tuple (or none); else why not. A call
+    that does not bind to ``run(output_names, input_feed, run_options=None)`` is ORT's to
+    refuse."""
+    bound = dict(zip(_RUN_PARAMETERS, args, strict=False))
+    if len(args) > len(_RUN_PARAMETERS) or any(
+        key not in _RUN_PARAMETERS or key in bound for key in kwargs
+    ):
+        return _MISMATCH
+    bound.update(kwargs)
+    if "output_names" not in bound or "input_feed" not in bound:  # no defaults
+        return _MISMATCH
+    output_names, feeds = bound["output_names"], bound["input_feed"]
+    if type(feeds) is not dict:
+        return f"input_feed is a {type(feeds).__name__}, not a dict"
+    if output_names is not None and not isinstance(output_names, list | tuple):
+        return f"output_names is a {type(output_names).__name__}"
+    for name, value in feeds.items():
+        if type(value) is not np.ndarray:
+            return f"input {name!r} is a {type(value).__name__}, not a numpy array"
+    return output_names, feeds, bound.get("run_options")
 
 
 def _overlapping(windows: list[tuple[float, float]]) -> bool:

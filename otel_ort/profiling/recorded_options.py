@@ -98,6 +98,7 @@ def recorded_calls(options: Any) -> list[tuple[str, tuple[Any, ...]]]:
 
 Calls = list[tuple[str, tuple[Any, ...]]]
 _SNAPSHOT_KEY = "_otel_ort_options_snapshot"
+_MODEL_FILE_KEY = "_otel_ort_model_file"
 
 
 def created_while_recording(calls: Calls) -> bool:
@@ -108,7 +109,8 @@ def created_while_recording(calls: Calls) -> bool:
 
 def snapshot_options(session: Any, init_kwargs: Mapping[str, Any]) -> None:
     """At the creation of an instrumented session: freeze the calls on its options (the user
-    may change the options object afterwards, for another session), or why they are unknown."""
+    may change the options object afterwards, for another session), or why they are unknown;
+    and note which file its model came from."""
     options = getattr(session, "_sess_options_initial", None)
     calls = recorded_calls(options)
     problem = ""
@@ -120,6 +122,24 @@ def snapshot_options(session: Any, init_kwargs: Mapping[str, Any]) -> None:
     elif init_kwargs.get("disabled_optimizers"):
         problem = "it was created with disabled_optimizers"
     session.__dict__[_SNAPSHOT_KEY] = (calls, problem)
+    path = getattr(session, "_model_path", None)
+    if path:
+        session.__dict__[_MODEL_FILE_KEY] = _file_identity(path)
+
+
+def model_file_changed(session: Any) -> bool:
+    """Whether the session's model file is no longer the file it was created from (a new
+    export to the same path, say): known for sessions created while instrumented."""
+    recorded = session.__dict__.get(_MODEL_FILE_KEY)
+    return recorded is not None and _file_identity(session._model_path) != recorded
+
+
+def _file_identity(path: Any) -> tuple[int, ...] | None:
+    try:
+        info = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return None
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
 
 
 def session_calls(session: Any) -> tuple[Calls, str]:

@@ -25,6 +25,7 @@ from otel_ort.capi import CSession, SessionConfig
 from otel_ort.perf.counting import Pool
 from otel_ort.profiling.recorded_options import (
     created_while_recording,
+    model_file_changed,
     recorded_calls,
     session_calls,
 )
@@ -61,6 +62,10 @@ def twin_config(session: Any) -> SessionConfig:
     config_entries: dict[str, str] = {}
     by_name: dict[str, int] = {}
     by_denotation: dict[str, int] = {}
+    if model_file_changed(session):
+        raise TwinUnavailable(
+            "its model file changed after the session was created: a twin would load the new model"
+        )
     if getattr(session, "_read_config_from_model", False):
         raise TwinUnavailable("the session reads its options from the model file")
     calls, problem = session_calls(session)
@@ -107,6 +112,11 @@ def _providers(session: Any) -> tuple[tuple[str, Mapping[str, str]], ...]:
     return tuple(providers)
 
 
+def required_inputs(session: Any) -> frozenset[str]:
+    """The inputs ``InferenceSession.run`` refuses to go without: all but optional ones."""
+    return frozenset(i.name for i in session.get_inputs() if not i.type.startswith("optional"))
+
+
 def run_options_arguments(run_options: Any) -> dict[str, Any]:
     """``CSession.run`` keyword arguments reproducing a Python ``RunOptions`` (or ``None``)."""
     if run_options is None:
@@ -146,11 +156,12 @@ class Twin:
     pool: Pool | None = None
     """perf groups on the twin's intra-op threads, when perf counters are on."""
     serves_unprofiled: bool = False
-    """Whether it may run the session's unprofiled runs (serve mode): not when the session
-    profiles itself (session-level profiling), whose file must hold every run."""
+    """Whether it runs the session's unprofiled runs too (serve mode)."""
+    required_inputs: frozenset[str] = frozenset()
+    """The session's inputs that ORT's Python API insists on (the C API does not check)."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def serves(self, owner: object, session: Any) -> bool:
+    def matches(self, owner: object, session: Any) -> bool:
         """Whether this twin still stands for ``session`` under ``owner``."""
         return (
             self.owner is owner
@@ -158,13 +169,21 @@ class Twin:
             and self.providers_list is getattr(session, "_providers", None)
         )
 
-    def ready(self, csession: CSession, pool: Pool | None, *, serves_unprofiled: bool) -> bool:
+    def ready(
+        self,
+        csession: CSession,
+        pool: Pool | None,
+        *,
+        serves_unprofiled: bool,
+        required_inputs: frozenset[str],
+    ) -> bool:
         """Start serving ``csession`` (``pool``: perf groups on its threads); ``False`` (and
         both closed) if already closed."""
         with self._lock:
             if self.state != "closed":
-                self.session, self.pool, self.state = csession, pool, "ready"
                 self.serves_unprofiled = serves_unprofiled
+                self.required_inputs = required_inputs
+                self.session, self.pool, self.state = csession, pool, "ready"
                 return True
         csession.close()
         if pool is not None:
@@ -175,6 +194,10 @@ class Twin:
         with self._lock:
             if self.state != "closed":
                 self.state, self.reason = "failed", reason
+
+    def has_required(self, feeds: Mapping[str, Any]) -> bool:
+        """Whether ``feeds`` has every input ORT's Python API requires (else it raises)."""
+        return feeds.keys() >= self.required_inputs
 
     def run(
         self, feeds: Mapping[str, Any], output_names: Any, **arguments: Any
