@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 from onnx import GraphProto, TensorProto, helper
 
 
@@ -37,6 +40,20 @@ def string_model() -> bytes:
         [helper.make_tensor_value_info("same", TensorProto.STRING, ["n"])],
     )
     return _serialize(graph)
+
+
+def typed_cases() -> list[tuple[bytes, dict[str, Any]]]:
+    """The two models above with feeds of every type they take: float, int64, bool, float16
+    and string tensors, for checks that outputs are bitwise ORT's."""
+    rng = np.random.default_rng(7)
+    numeric = {
+        "x": rng.standard_normal(50).astype(np.float32),
+        "i": rng.integers(-9, 9, 50),
+        "b": rng.random(50) > 0.5,
+        "h": rng.standard_normal(50).astype(np.float16),
+    }
+    strings = {"s": np.array(["a", "bé", "", "long " * 20], dtype=object)}
+    return [(numeric_types_model(), numeric), (string_model(), strings)]
 
 
 def unary_model(op: str) -> bytes:

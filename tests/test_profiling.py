@@ -24,7 +24,7 @@ from otel_ort.capi import CSession, SessionConfig
 from otel_ort.profiling.store import ProfileDirError
 from otel_ort.sampling import Always, EveryNth, Never, Ratio
 from tests.conftest import Telemetry, attrs, instrumentation
-from tests.models import numeric_types_model, string_model
+from tests.models import string_model, typed_cases
 
 CPU = ["CPUExecutionProvider"]
 X = {"x": np.arange(2 * 32, dtype=np.float32).reshape(2, 32) / 64}
@@ -106,20 +106,7 @@ def test_a_forced_run_is_profiled_once_the_twin_serves(
 
 
 def test_profiled_outputs_are_bitwise_those_of_ort(profiling: Telemetry, tmp_path: Path) -> None:
-    rng = np.random.default_rng(7)
-    cases: list[tuple[bytes, dict[str, Any]]] = [
-        (
-            numeric_types_model(),
-            {
-                "x": rng.standard_normal(50).astype(np.float32),
-                "i": rng.integers(-9, 9, 50),
-                "b": rng.random(50) > 0.5,
-                "h": rng.standard_normal(50).astype(np.float16),
-            },
-        ),
-        (string_model(), {"s": np.array(["a", "bé", "", "long " * 20], dtype=object)}),
-    ]
-    for model, feeds in cases:
+    for model, feeds in typed_cases():
         session = ort.InferenceSession(model, providers=CPU)
         ready(session, feeds)
         with profile_next_run():

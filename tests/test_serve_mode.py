@@ -16,7 +16,7 @@ import pytest
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
 from otel_ort.sampling import Ratio
 from tests.conftest import Telemetry, attrs, instrumentation
-from tests.models import numeric_types_model, string_model, unary_model, unused_input_model
+from tests.models import typed_cases, unary_model, unused_input_model
 from tests.perf_models import matmul_chain
 
 CPU = ["CPUExecutionProvider"]
@@ -82,20 +82,7 @@ def same(got: list[Any], want: list[Any]) -> bool:
 
 
 def test_unprofiled_runs_go_to_the_twin_with_bitwise_equal_outputs(serving: Telemetry) -> None:
-    rng = np.random.default_rng(7)
-    cases: list[tuple[bytes, dict[str, Any]]] = [
-        (
-            numeric_types_model(),
-            {
-                "x": rng.standard_normal(50).astype(np.float32),
-                "i": rng.integers(-9, 9, 50),
-                "b": rng.random(50) > 0.5,
-                "h": rng.standard_normal(50).astype(np.float16),
-            },
-        ),
-        (string_model(), {"s": np.array(["a", "bé", "", "long " * 20], dtype=object)}),
-    ]
-    for model, feeds in cases:
+    for model, feeds in typed_cases():
         session = ort.InferenceSession(model, providers=CPU)
         expected = session.run(None, feeds)
         session_runs = served(session, feeds)
