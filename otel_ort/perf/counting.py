@@ -23,7 +23,6 @@ samples.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import threading
 import time
@@ -216,9 +215,7 @@ class PerfCounters:
             started = [_start(g, switched=not pool.stays_on) for g in pooled]
             started.insert(0, _start(group, switched=True))  # the last, nearest to the run
         except BaseException:
-            for g in [group] if pool.stays_on else [group, *pooled]:
-                with contextlib.suppress(OSError):
-                    g.disable()
+            _disable([group] if pool.stays_on else [group, *pooled])
             pool.lock.release()
             raise
         befores, starts = zip(*started, strict=True)
@@ -226,19 +223,14 @@ class PerfCounters:
 
     def end(self, counting: Counting) -> RawRun:
         """Stop counting; what the worker needs. Releases the pool."""
-        # the calling thread's group always switches; the pool's unless they stay on
-        switches = [i == 0 or not counting.pool.stays_on for i in range(len(counting.groups))]
+        group, *pooled = counting.groups
+        stays_on = counting.pool.stays_on
         try:
-            stopped = []
             try:
-                for g, switched in zip(counting.groups, switches, strict=True):
-                    stopped.append(_stop(g, switched=switched))
+                stopped = [_stop(group, switched=True)]
+                stopped += [_stop(g, switched=not stays_on) for g in pooled]
             except BaseException:  # no group may be left counting
-                rest = zip(counting.groups, switches, strict=True)
-                for g, switched in itertools.islice(rest, len(stopped), None):
-                    if switched:
-                        with contextlib.suppress(OSError):
-                            g.disable()
+                _disable([group] if stays_on else counting.groups)
                 raise
             threads = tuple(
                 ThreadRaw(g.tid, (start, stop), before, after, g.take(), g.ids, g.dense_id)
@@ -306,6 +298,13 @@ def _stop(group: ThreadGroup, *, switched: bool) -> tuple[tuple[Read, Read | Non
         return group.frozen, stopped
     after = group.read()
     return after, time.time_ns()
+
+
+def _disable(groups: Iterable[ThreadGroup]) -> None:
+    """Switch ``groups`` off, on an error path: each one, whatever the others do."""
+    for group in groups:
+        with contextlib.suppress(OSError):
+            group.disable()
 
 
 def _line(event: Unavailable) -> str:

@@ -195,22 +195,26 @@ class Profiler:
         twin cannot take or whose ``RunOptions`` it cannot follow (one may be terminated from
         another thread), no ready twin (the first such run asks for one), a profiled run in
         progress on the twin (its pool's counts must be its own), or the twin's failure."""
+        twin: Twin | None = session.__dict__.get(_TWIN_KEY)
+        if twin is not None and twin.state != "closed" and twin.matches(self, session):
+            pool = twin.pool  # first what needs no look at the call: most unserved runs
+            if not twin.serves_unprofiled or (pool is not None and pool.lock.locked()):
+                return None  # building, failed, not serving, or counting a profiled run
         call = _twin_call(args, kwargs)
         if isinstance(call, str) or call[2] is not None:
             return None
         output_names, feeds, _ = call
-        twin: Twin | None = session.__dict__.get(_TWIN_KEY)
         if twin is None or twin.state != "ready" or not twin.matches(self, session):
             self._serving_twin(session, feeds, output_names)  # builds one if there is none
             return None
-        pool = twin.pool
-        if not twin.serves_unprofiled or (pool is not None and pool.lock.locked()):
-            return None
-        if not twin.has_required(feeds):
-            return None
+        return self._served(twin, feeds, output_names) if twin.has_required(feeds) else None
+
+    def _served(self, twin: Twin, feeds: dict[str, Any], output_names: Any) -> list[Any] | None:
+        """The twin's outputs; ``None`` if it fails (counted): ORT's own run then returns or
+        raises as it would."""
         try:
             return twin.run(feeds, output_names or None)[0]
-        except Exception as exc:  # the session's own run returns or raises as it would
+        except Exception as exc:
             self._count("serve_fallbacks")
             self._fallbacks_counter.add(1)
             if isinstance(exc, UnsupportedValue):  # outputs the binding cannot convert
