@@ -81,6 +81,24 @@ def unused_input_model() -> bytes:
     return _serialize(graph)
 
 
+def float_and_bfloat16_model() -> bytes:
+    """``x`` to ``y = Relu(x)`` (float) and ``z = Cast(x, bfloat16)``, an output that ORT's Python
+    API cannot return (there is no numpy bfloat16)."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["y"], name="relu"),
+            helper.make_node("Cast", ["x"], ["z"], name="cast", to=TensorProto.BFLOAT16),
+        ],
+        "float_and_bfloat16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"]),
+            helper.make_tensor_value_info("z", TensorProto.BFLOAT16, ["n"]),
+        ],
+    )
+    return _serialize(graph)
+
+
 def _serialize(graph: GraphProto) -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     data: bytes = model.SerializeToString()

@@ -4,7 +4,9 @@ finds it warm. Real sessions; the user's session is watched, not replaced."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,12 @@ import pytest
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
 from otel_ort.sampling import Ratio
 from tests.conftest import Telemetry, attrs, instrumentation
-from tests.models import typed_cases, unary_model, unused_input_model
+from tests.models import (
+    float_and_bfloat16_model,
+    typed_cases,
+    unary_model,
+    unused_input_model,
+)
 from tests.perf_models import matmul_chain
 
 CPU = ["CPUExecutionProvider"]
@@ -45,9 +52,11 @@ def watched(session: ort.InferenceSession) -> Watched:
     return watcher
 
 
-def served(session: ort.InferenceSession, feeds: dict[str, Any]) -> Watched:
+def served(
+    session: ort.InferenceSession, feeds: dict[str, Any], output_names: list[str] | None = None
+) -> Watched:
     """Run once (which asks for the twin), wait until the twin serves; watch the session."""
-    session.run(None, feeds)
+    session.run(output_names, feeds)
     assert flush_profiles(timeout=60)
     twin = session.__dict__["_otel_ort_twin"]
     assert twin.state == "ready", twin.reason
@@ -113,6 +122,24 @@ def test_runs_the_twin_cannot_follow_go_to_the_session_unchanged(
         session.run(None, {"x": X["x"].astype(np.float64)})  # fails on the twin, then on ORT
     assert "Unexpected input data type" in str(raised.value)
     assert session_runs.runs == 3 and serve_fallbacks(serving) == 1
+
+
+def test_an_output_the_twin_cannot_convert_stops_it_serving(serving: Telemetry) -> None:
+    """A run asking for an output the binding cannot convert falls back to ORT, which raises as
+    usual; the twin then serves no more runs (each would run twice). An input it cannot convert
+    does not stop it: the next call may bring that input in another form."""
+    session = ort.InferenceSession(float_and_bfloat16_model(), providers=CPU)
+    x = {"x": np.array([-1.0, 2.0], np.float32)}
+    session_runs = served(session, x, ["y"])
+    with pytest.raises(RuntimeError, match="be converted to MLDataType"):
+        session.run(["y"], {"x": x["x"].astype(np.complex64)})
+    assert session.run(["y"], x)[0].tolist() == [0.0, 2.0]
+    assert session_runs.runs == 1 and serve_fallbacks(serving) == 1  # still serving
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="No corresponding Numpy type"):
+            session.run(None, x)
+    assert session.run(["y"], x)[0].tolist() == [0.0, 2.0]
+    assert session_runs.runs == 4 and serve_fallbacks(serving) == 2
 
 
 def test_a_session_profiling_itself_is_never_served(
@@ -232,3 +259,27 @@ def test_a_model_file_replaced_after_the_session_was_made_is_not_twinned(
     assert session.run(None, x)[0].tolist() == [-1.0, 2.0]
     twin = session.__dict__["_otel_ort_twin"]
     assert twin.state == "failed" and "model file changed" in twin.reason
+
+
+def test_shutdown_leaves_a_twin_whose_run_outlasts_its_timeout(
+    serving: Telemetry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At exit, a run still going on the twin (another thread's) is not waited for beyond the
+    shutdown timeout; it still returns its outputs."""
+    session = ort.InferenceSession(matmul_chain(nodes=40), providers=CPU)  # a run: ~0.2 s
+    feeds = {"x": np.ones((512, 512), np.float32)}
+    session_runs = served(session, feeds)
+    twin = session.__dict__["_otel_ort_twin"]
+    results: list[Any] = []
+    worker = threading.Thread(target=lambda: results.append(session.run(None, feeds)))
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not twin.session._active and time.monotonic() < deadline:
+        time.sleep(0.001)
+    profiler = OrtInstrumentor()._profiler
+    assert profiler is not None
+    with caplog.at_level(logging.WARNING, logger="otel_ort"):
+        profiler.shutdown(timeout=0.05)
+    assert "1 twin(s) still had runs in flight at shutdown" in caplog.text
+    worker.join()
+    assert len(results) == 1 and session_runs.runs == 0  # the run on the twin returned

@@ -4,7 +4,15 @@
 Python module (a separate copy of ORT) and returns what ``InferenceSession.run`` would return.
 """
 
-from otel_ort.capi.library import CApi, OrtError, UnsupportedValue, load_api
+from otel_ort.capi.library import CApi, OrtError, UnsupportedOutput, UnsupportedValue, load_api
 from otel_ort.capi.session import CSession, SessionConfig
 
-__all__ = ["CApi", "CSession", "OrtError", "SessionConfig", "UnsupportedValue", "load_api"]
+__all__ = [
+    "CApi",
+    "CSession",
+    "OrtError",
+    "SessionConfig",
+    "UnsupportedOutput",
+    "UnsupportedValue",
+    "load_api",
+]

@@ -200,6 +200,11 @@ class UnsupportedValue(TypeError):
     """An input or output this binding cannot convert exactly as ORT's Python API would."""
 
 
+class UnsupportedOutput(UnsupportedValue):
+    """An output this binding cannot convert: a property of the model's output, so every run
+    asking for it fails alike (unlike an input, which the next call may give in another form)."""
+
+
 def default_library_path() -> Path:
     """The ``libonnxruntime.so.<version>`` shipped by the installed onnxruntime wheel."""
     spec = find_spec("onnxruntime")  # locates the package without importing it

@@ -106,12 +106,16 @@ class CSession:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def close(self) -> None:
-        """Release the session once every run in flight has returned (idempotent)."""
+    def close(self, timeout: float | None = None) -> bool:
+        """Release the session once every run in flight has returned (idempotent); ``False``
+        if runs were still in flight after ``timeout`` seconds: the session is then closed to
+        new runs but left unreleased (its memory goes with the process)."""
         with self._lock:
             self._closed = True
-            self._wait(lambda: self._active == 0)
+            if not self._wait(lambda: self._active == 0, timeout):
+                return False
         self._release()
+        return True
 
     def abandon(self) -> None:
         """In a forked child: drop the parent's session without releasing it (its ORT threads
@@ -188,11 +192,11 @@ class CSession:
         available stand-in for a run-level profile's unrecorded start time."""
         return int(self._calls.started_ns)
 
-    def _wait(self, predicate: Callable[[], bool]) -> None:
-        """Wait, holding ``_lock``, until ``predicate()`` holds."""
+    def _wait(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Wait, holding ``_lock``, until ``predicate()`` holds; ``False`` on timeout."""
         self._waiting += 1
         try:
-            self._changed.wait_for(predicate)
+            return self._changed.wait_for(predicate, timeout)
         finally:
             self._waiting -= 1
 

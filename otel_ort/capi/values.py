@@ -4,7 +4,7 @@ Outputs match ORT's Python API: numpy arrays copied out of ORT memory (0-d for s
 string tensors as object arrays of ``str``, sequences as lists, maps as dicts of Python
 scalars, an optional without a value as ``None``, and FLOAT8E4M3FN as raw ``uint8`` (ORT's
 Python API does the same). Element types it refuses (bfloat16, other float8s, int4, ...) raise
-``UnsupportedValue``.
+``UnsupportedOutput``; inputs it cannot convert, ``UnsupportedValue``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from otel_ort.capi.library import CApi, UnsupportedValue, ffi
+from otel_ort.capi.library import CApi, UnsupportedOutput, UnsupportedValue, ffi
 
 STRING = 8
 # ONNXTensorElementDataType names, by value, as ORT's Python API spells them in type strings.
@@ -129,7 +129,7 @@ class ValueCodec:
             values = self._element(name, value, 1, self.tensor)
             return dict(zip(keys.tolist(), values.tolist(), strict=True))
         kind_name = ONNX_TYPE_NAMES[kind[0]] if kind[0] < len(ONNX_TYPE_NAMES) else kind[0]
-        raise UnsupportedValue(f"output {name!r}: {kind_name} values are not supported")
+        raise UnsupportedOutput(f"output {name!r}: {kind_name} values are not supported")
 
     def optional_from_ort(self, name: str, value: Any) -> Any:
         """Like ``from_ort``, but ``None`` for an optional output without a value."""
@@ -144,7 +144,7 @@ class ValueCodec:
             return self._strings(name, value, shape)
         dtype = _DTYPE_OF_ELEMENT.get(element)
         if dtype is None:
-            raise UnsupportedValue(
+            raise UnsupportedOutput(
                 f"output {name!r}: tensor({element_name(element)}) has no numpy type in "
                 "ONNX Runtime's Python API either"
             )
@@ -163,7 +163,7 @@ class ValueCodec:
         device = ffi.new("int*")
         self._api.function("MemoryInfoGetDeviceType")(info[0], device)
         if device[0] != 0:  # OrtMemoryInfoDeviceType_CPU
-            raise UnsupportedValue(f"output {name!r}: tensor is in device memory ({device[0]})")
+            raise UnsupportedOutput(f"output {name!r}: tensor is in device memory ({device[0]})")
 
     def _element_of(self, name: str, dtype: np.dtype[Any]) -> int:
         if dtype.kind in "OU":
@@ -231,7 +231,7 @@ class ValueCodec:
             try:
                 result[:] = [data[a:b].decode() for a, b in itertools.pairwise(bounds)]
             except UnicodeDecodeError as exc:
-                raise UnsupportedValue(f"output {name!r}: string is not UTF-8: {exc}") from exc
+                raise UnsupportedOutput(f"output {name!r}: string is not UTF-8: {exc}") from exc
         return result.reshape(shape)
 
     def _count(self, value: Any) -> int:

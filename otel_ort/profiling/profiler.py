@@ -22,6 +22,7 @@ import itertools
 import logging
 import os
 import threading
+import time
 import weakref
 from collections import Counter
 from collections.abc import Callable
@@ -37,7 +38,14 @@ from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.trace import Span, format_span_id, format_trace_id
 
 from otel_ort import semconv
-from otel_ort.capi import CApi, CSession, OrtError, UnsupportedValue, load_api
+from otel_ort.capi import (
+    CApi,
+    CSession,
+    OrtError,
+    UnsupportedOutput,
+    UnsupportedValue,
+    load_api,
+)
 from otel_ort.delivery import SpanDelivery
 from otel_ort.failures import report_failure
 from otel_ort.options import ProfilingOptions
@@ -217,8 +225,8 @@ class Profiler:
         except Exception as exc:
             self._count("serve_fallbacks")
             self._fallbacks_counter.add(1)
-            if isinstance(exc, UnsupportedValue):  # outputs the binding cannot convert
-                twin.serves_unprofiled = False  # would fail every time: stop trying
+            if isinstance(exc, UnsupportedOutput):  # the model's: stop rather than fail again
+                twin.serves_unprofiled = False
             return None
 
     def _run_profiled(
@@ -548,10 +556,21 @@ class Profiler:
     def shutdown(self, timeout: float = _SHUTDOWN_TIMEOUT_S) -> None:
         """Convert what is pending, flush spans, close every twin, stop the worker thread."""
         atexit.unregister(self.shutdown)
+        deadline = time.monotonic() + timeout
         self.worker.stop(timeout)
         self._flush_provider()
-        for twin in list(self._twins):
-            twin.close()
+        running = [
+            twin
+            for twin in list(self._twins)
+            if not twin.close(max(0.0, deadline - time.monotonic()))
+        ]
+        if running:
+            _logger.warning(
+                "otel-ort: %d twin(s) still had runs in flight at shutdown after %g s; "
+                "left to the process's exit, not released",
+                len(running),
+                timeout,
+            )
         if self.perf is not None:
             self.perf.close()
 

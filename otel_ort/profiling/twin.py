@@ -210,22 +210,23 @@ class Twin:
         outputs = csession.run(feeds, output_names, **arguments)
         return outputs, csession.last_run_started_ns()
 
-    def close(self) -> None:
-        """Release the C-API session once no run is in flight on it. In a forked child the
-        parent's twin is abandoned, not released: its ORT threads do not exist there, and
-        releasing would wait for them (nor is its lock touched: a parent's thread may have held
-        it at the fork)."""
+    def close(self, timeout: float | None = None) -> bool:
+        """Release the C-API session once no run is in flight on it; ``False`` if runs were
+        still in flight after ``timeout`` seconds (it is then left unreleased: see
+        ``CSession.close``). In a forked child the parent's twin is abandoned, not released:
+        its ORT threads do not exist there, and releasing would wait for them (nor is its lock
+        touched: a parent's thread may have held it at the fork)."""
         if self.pid != os.getpid():
             if self.session is not None:
                 self.session.abandon()
             if self.pool is not None:
                 self.pool.close(forked_child=True)  # our copies of the parent's fds
             self.session, self.pool, self.state = None, None, "closed"
-            return
+            return True
         with self._lock:
             csession, self.session, self.state = self.session, None, "closed"
             pool, self.pool = self.pool, None
-        if csession is not None:
-            csession.close()  # once the runs in flight have returned
+        released = csession is None or csession.close(timeout)  # once runs in flight return
         if pool is not None:
             pool.close()
+        return released

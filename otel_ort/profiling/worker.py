@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from otel_ort.failures import report_failure
 
-Job = Callable[[], None]
+Job = Callable[[], object]
 
 DEFAULT_MAX_PENDING = 256
 
