@@ -13,7 +13,10 @@ machine's drift hits them alike; a difference is taken per iteration and its med
   served        ``session.run`` through otel-ort in ``profile_mode="serve"``, SDK providers:
                 the run executes on the session's twin, through the C API
 Own cost = instrumented - by hand. Targets: own cost <= 5 us; noop - bare <= 2 us. Serve
-mode's extra = (served - by hand) - own cost: what running on the twin adds.
+mode's extra = (served - by hand) - own cost: what running on the twin adds. Then runs per
+second with ``--threads`` threads calling the instrumented session at once, on ORT's session
+(twin mode) and on the twin (serve mode). The session is made while instrumented, so that a
+twin can copy its options.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -62,6 +66,30 @@ def paired(calls: dict[str, Callable[[], object]], iterations: int) -> dict[str,
     return samples
 
 
+def runs_per_second(call: Callable[[], object], threads: int, seconds: float) -> float:
+    """Calls per second of ``call`` made by ``threads`` threads at once for ``seconds``."""
+    done = [0] * threads
+    start = threading.Barrier(threads + 1)
+    stop = threading.Event()
+
+    def work(index: int) -> None:
+        start.wait()
+        while not stop.is_set():
+            call()
+            done[index] += 1
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    start.wait()
+    began = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    for worker in workers:
+        worker.join()
+    return sum(done) / (time.perf_counter() - began)
+
+
 def median_us(values: Sequence[float]) -> float:
     return statistics.median(values) / 1000
 
@@ -74,11 +102,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=3000, help="iterations per round")
+    parser.add_argument("--threads", type=int, default=8, help="for the runs-per-second measure")
     args = parser.parse_args(argv)
 
+    instrumentor = OrtInstrumentor()
+    profiles = tempfile.TemporaryDirectory()
+    serve = {"profile_mode": "serve", "profile_dir": profiles.name}
+    instrumentor.instrument(**serve)  # records the options: a session made now can have a twin
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(mlp_model(width=16, depth=1), options)
+    instrumentor.uninstrument()
     feed = {"x": np.ones((1, 16), np.float32)}
     original_run = Session.run
 
@@ -109,9 +143,6 @@ def main(argv: list[str] | None = None) -> int:
     def instrumented() -> object:
         return session.run(None, feed)
 
-    instrumentor = OrtInstrumentor()
-    profiles = tempfile.TemporaryDirectory()
-    serve = {"profile_mode": "serve", "profile_dir": profiles.name}
     setups = {
         "sdk": ({"bare": bare, "by hand": by_hand, "instrumented": instrumented}, tracer_provider,
                 meter_provider, {}),
@@ -120,20 +151,34 @@ def main(argv: list[str] | None = None) -> int:
         "serve": ({"bare": bare, "by hand": by_hand, "served": instrumented}, tracer_provider,
                   meter_provider, serve),
     }  # fmt: skip
+
+    def instrument(setup: str) -> None:
+        _, tracers, meters, options = setups[setup]
+        instrumentor.instrument(tracer_provider=tracers, meter_provider=meters, **options)
+        instrumented()  # in serve mode: asks for the twin
+        flush_profiles()  # ... and waits until it serves
+        twin = session.__dict__.get("_otel_ort_twin")
+        if setup == "serve" and (twin is None or not twin.serves_unprofiled):
+            sys.exit(f"serve mode: the twin does not serve ({twin and twin.reason})")
+
     samples: dict[str, list[int]] = {}
     for _ in range(500):
         bare()
     for done in range(args.rounds):
-        for setup, (calls, tracers, meters, options) in setups.items():
-            instrumentor.instrument(tracer_provider=tracers, meter_provider=meters, **options)
-            instrumented()  # in serve mode: asks for the twin
-            flush_profiles()  # ... and waits until it serves
+        for setup, (calls, *_) in setups.items():
+            instrument(setup)
             paired(calls, 100)  # warm-up after switching
             for name, values in paired(calls, args.calls).items():
                 samples.setdefault(f"{setup}/{name}", []).extend(values)
             instrumentor.uninstrument()
         print(f"\rround {done + 1}/{args.rounds}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
+    rates: dict[str, list[float]] = {"sdk": [], "serve": []}
+    for _ in range(3):  # alternating, for the drift
+        for setup, measured in rates.items():
+            instrument(setup)
+            measured.append(runs_per_second(instrumented, args.threads, seconds=1.0))
+            instrumentor.uninstrument()
     tracer_provider.shutdown()
     profiles.cleanup()
 
@@ -160,6 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     for label, value, target in rows:
         ratio = f"{value / bare_us:.2f}x"
         print(f"| {label:<46} | {value:8.2f} | {ratio:>7} | {target:<14} |")
+    twin_mode, serve_mode = (statistics.median(rates[setup]) for setup in ("sdk", "serve"))
+    print(
+        f"\n{args.threads} threads running the instrumented session for 1 s: "
+        f"{twin_mode:.0f} runs/s in twin mode (on ORT's session), {serve_mode:.0f} in serve mode "
+        "(on the twin): "
+        f"{serve_mode / twin_mode:.2f}x (medians of 3)"
+    )
     sdk = median_diff_us(samples["sdk/by hand"], samples["sdk/bare"])
     verdict = {True: "met", False: "MISSED"}
     print(f"\nown cost target {verdict[own <= 5.0]}; no-op target {verdict[noop <= 2.0]}")
