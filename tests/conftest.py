@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_ort import OrtInstrumentor
+from otel_ort.capi import CSession
 from otel_ort.demo_model import mlp_model
 
 
@@ -96,3 +98,17 @@ def mlp_path(tmp_path_factory: pytest.TempPathFactory, mlp_bytes: bytes) -> Path
     path = tmp_path_factory.mktemp("models") / "mlp.onnx"
     path.write_bytes(mlp_bytes)
     return path
+
+
+def held_runs(session: CSession) -> tuple[threading.Event, threading.Event]:
+    """Make ``session``'s runs wait before calling ORT: (set when one waits, set to let go)."""
+    waiting, go = threading.Event(), threading.Event()
+    run = session._run
+
+    def held(*args: Any) -> Any:
+        waiting.set()
+        go.wait()
+        return run(*args)
+
+    session._run = held
+    return waiting, go

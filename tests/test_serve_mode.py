@@ -3,10 +3,10 @@ finds it warm. Real sessions; the user's session is watched, not replaced."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ import pytest
 
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
 from otel_ort.sampling import Ratio
-from tests.conftest import Telemetry, attrs, instrumentation
+from tests.conftest import Telemetry, attrs, held_runs, instrumentation
 from tests.models import (
     float_and_bfloat16_model,
     typed_cases,
@@ -142,6 +142,26 @@ def test_an_output_the_twin_cannot_convert_stops_it_serving(serving: Telemetry) 
     assert session_runs.runs == 4 and serve_fallbacks(serving) == 2
 
 
+def test_a_twin_primed_on_an_output_it_cannot_convert_profiles_but_does_not_serve(
+    serving: Telemetry,
+) -> None:
+    session = ort.InferenceSession(float_and_bfloat16_model(), providers=CPU)
+    x = {"x": np.array([-1.0, 2.0], np.float32)}
+    with pytest.raises(RuntimeError, match="No corresponding Numpy type"):
+        session.run(None, x)  # asks for the twin, primed with this call
+    assert flush_profiles(timeout=60)
+    twin = session.__dict__["_otel_ort_twin"]
+    assert twin.state == "ready" and not twin.serves_unprofiled
+    session_runs = watched(session)
+    with profile_next_run():
+        assert session.run(["y"], x)[0].tolist() == [0.0, 2.0]
+    assert session.run(["y"], x)[0].tolist() == [0.0, 2.0]
+    assert session_runs.runs == 1  # the unprofiled run
+    assert flush_profiles(timeout=60)
+    runs = serving.spans(semconv.SPAN_RUN)
+    assert sorted(bool(attrs(s).get(semconv.RUN_PROFILED)) for s in runs) == [False, False, True]
+
+
 def test_a_session_profiling_itself_is_never_served(
     serving: Telemetry, mlp_path: Path, tmp_path: Path
 ) -> None:
@@ -261,25 +281,37 @@ def test_a_model_file_replaced_after_the_session_was_made_is_not_twinned(
     assert twin.state == "failed" and "model file changed" in twin.reason
 
 
-def test_shutdown_leaves_a_twin_whose_run_outlasts_its_timeout(
-    serving: Telemetry, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("profiled", [False, True], ids=["served", "profiled"])
+def test_shutdown_does_not_wait_past_its_timeout_for_a_run_on_a_twin(
+    serving: Telemetry, caplog: pytest.LogCaptureFixture, mlp_path: Path, profiled: bool
 ) -> None:
-    """At exit, a run still going on the twin (another thread's) is not waited for beyond the
-    shutdown timeout; it still returns its outputs."""
-    session = ort.InferenceSession(matmul_chain(nodes=40), providers=CPU)  # a run: ~0.2 s
-    feeds = {"x": np.ones((512, 512), np.float32)}
-    session_runs = served(session, feeds)
+    """At exit, a run still going on a twin (another thread's) is not waited for beyond the
+    shutdown timeout, counted by perf (which holds the pool) or not; it still returns."""
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    expected = session.run(None, X)
+    session_runs = served(session, X)
     twin = session.__dict__["_otel_ort_twin"]
+    assert twin.pool is not None or not profiled, "perf counters are needed here"
+    waiting, go = held_runs(twin.session)
     results: list[Any] = []
-    worker = threading.Thread(target=lambda: results.append(session.run(None, feeds)))
+
+    def run() -> None:
+        with profile_next_run() if profiled else contextlib.nullcontext():
+            results.append(session.run(None, X))
+
+    worker = threading.Thread(target=run)
     worker.start()
-    deadline = time.monotonic() + 10
-    while not twin.session._active and time.monotonic() < deadline:
-        time.sleep(0.001)
+    assert waiting.wait(10)
     profiler = OrtInstrumentor()._profiler
     assert profiler is not None
     with caplog.at_level(logging.WARNING, logger="otel_ort"):
-        profiler.shutdown(timeout=0.05)
+        shutdown = threading.Thread(target=profiler.shutdown, kwargs={"timeout": 0.05})
+        shutdown.start()
+        shutdown.join(10)
+        held_up = shutdown.is_alive()
+        go.set()
+        worker.join()
+        shutdown.join()
+    assert not held_up
     assert "1 twin(s) still had runs in flight at shutdown" in caplog.text
-    worker.join()
-    assert len(results) == 1 and session_runs.runs == 0  # the run on the twin returned
+    assert same(results[0], expected) and session_runs.runs == 0  # the twin's run returned

@@ -108,8 +108,9 @@ class CSession:
 
     def close(self, timeout: float | None = None) -> bool:
         """Release the session once every run in flight has returned (idempotent); ``False``
-        if runs were still in flight after ``timeout`` seconds: the session is then closed to
-        new runs but left unreleased (its memory goes with the process)."""
+        if runs were still in flight after ``timeout`` seconds: it is then closed to new runs,
+        and released when it is garbage collected (once those runs let go of it; not at
+        interpreter exit, where ORT may already be tearing down)."""
         with self._lock:
             self._closed = True
             if not self._wait(lambda: self._active == 0, timeout):

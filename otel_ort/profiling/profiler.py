@@ -27,6 +27,7 @@ import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -321,7 +322,7 @@ class Profiler:
                 return semconv.SKIP_TWIN_NOT_READY, "the twin is being built"
             attempts = session.__dict__.get(_ATTEMPTS_KEY, 0) + 1
             if twin is not None and twin.state != "closed":  # superseded: ORT rebuilt the session
-                self.worker.submit(twin.close)
+                self.worker.submit(partial(twin.close, 0))  # released once runs in flight end
             twin = Twin(self, getattr(session, "_providers", None))
             session.__dict__[_TWIN_KEY] = twin
             session.__dict__[_ATTEMPTS_KEY] = attempts
@@ -378,6 +379,8 @@ class Profiler:
         files = self._store.new_run()
         try:
             csession.run(feeds, output_names or None, profile_prefix=files.prefix)
+        except UnsupportedOutput:  # ORT's run was done: only an output could not be returned
+            serves = False  # the runs asking for it would fail alike; profiled runs may not ask
         except Exception as exc:
             csession.close()
             if attempts >= _MAX_PRIMING_ATTEMPTS:
@@ -541,33 +544,35 @@ class Profiler:
         """The tracer provider now (the global one may be set after ``instrument()``)."""
         return self._tracer_provider or trace.get_tracer_provider()
 
-    def _flush_provider(self) -> None:
+    def _flush_provider(self, deadline: float | None) -> None:
+        """Flush the tracer provider, giving up at ``deadline`` (``time.monotonic()``)."""
         flush = getattr(self._provider(), "force_flush", None)
         if callable(flush):
             with contextlib.suppress(Exception):
-                flush()
+                if deadline is None:
+                    flush()
+                else:
+                    flush(timeout_millis=_left(deadline) * 1000)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait for pending twin builds and conversions, then flush the tracer provider."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         done = self.worker.drain(timeout)
-        self._flush_provider()
+        self._flush_provider(deadline)
         return done
 
     def shutdown(self, timeout: float = _SHUTDOWN_TIMEOUT_S) -> None:
-        """Convert what is pending, flush spans, close every twin, stop the worker thread."""
+        """Convert what is pending, flush spans, close every twin, stop the worker thread:
+        within ``timeout`` in all."""
         atexit.unregister(self.shutdown)
         deadline = time.monotonic() + timeout
         self.worker.stop(timeout)
-        self._flush_provider()
-        running = [
-            twin
-            for twin in list(self._twins)
-            if not twin.close(max(0.0, deadline - time.monotonic()))
-        ]
+        self._flush_provider(deadline)
+        running = [twin for twin in list(self._twins) if not twin.close(_left(deadline))]
         if running:
             _logger.warning(
-                "otel-ort: %d twin(s) still had runs in flight at shutdown after %g s; "
-                "left to the process's exit, not released",
+                "otel-ort: %d twin(s) still had runs in flight at shutdown after %g s; each "
+                "is released when its last run returns, or with the process",
                 len(running),
                 timeout,
             )
@@ -609,6 +614,11 @@ def _twin_call(args: Any, kwargs: Any) -> tuple[Any, dict[str, Any], Any] | str:
         if type(value) is not np.ndarray:
             return f"input {name!r} is a {type(value).__name__}, not a numpy array"
     return output_names, feeds, bound.get("run_options")
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline`` (``time.monotonic()``), at least 0."""
+    return max(0.0, deadline - time.monotonic())
 
 
 def _overlapping(windows: list[tuple[float, float]]) -> bool:

@@ -212,10 +212,10 @@ class Twin:
 
     def close(self, timeout: float | None = None) -> bool:
         """Release the C-API session once no run is in flight on it; ``False`` if runs were
-        still in flight after ``timeout`` seconds (it is then left unreleased: see
-        ``CSession.close``). In a forked child the parent's twin is abandoned, not released:
-        its ORT threads do not exist there, and releasing would wait for them (nor is its lock
-        touched: a parent's thread may have held it at the fork)."""
+        still in flight after ``timeout`` seconds: the session and the perf groups then go
+        when the last of those runs drops them. In a forked child the parent's twin is
+        abandoned, not released: its ORT threads do not exist there, and releasing would wait
+        for them (nor is its lock touched: a parent's thread may have held it at the fork)."""
         if self.pid != os.getpid():
             if self.session is not None:
                 self.session.abandon()
@@ -227,6 +227,6 @@ class Twin:
             csession, self.session, self.state = self.session, None, "closed"
             pool, self.pool = self.pool, None
         released = csession is None or csession.close(timeout)  # once runs in flight return
-        if pool is not None:
+        if pool is not None and released:  # else a profiled run may hold its lock: left to GC
             pool.close()
         return released
