@@ -552,7 +552,7 @@ class Profiler:
                 if deadline is None:
                     flush()
                 else:
-                    flush(timeout_millis=_left(deadline) * 1000)
+                    flush(timeout_millis=int(_left(deadline) * 1000))
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait for pending twin builds and conversions, then flush the tracer provider."""
