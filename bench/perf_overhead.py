@@ -128,18 +128,21 @@ def measure(config: Config, session: CSession, feeds, prefix: str, keep: bool) -
     if keep:
         config.times.append(elapsed)
     if keep and perf is not None and raw is not None:
+        t0 = clock()  # what the worker does with the run: settle, read the profile, attribute
+        threads, _ = raw.settle()
+        worker_ns = clock() - t0
         records = ThreadRecords()
-        for thread in raw.threads:
+        for thread in threads:
             for taken in thread.taken:
                 parse(taken.data, thread.dense_id, records)
                 config.filled += taken.filled
         config.samples.append(len(records.group_samples))
-        t0 = clock()  # what the worker does with the run: read the profile, attribute
+        t0 = clock()
         profile = read_profile(files[0], start := session.last_run_started_ns())
         nodes = profile.runs[0].nodes
         windows = [(start + int(n.ts * 1000), start + int(n.end * 1000)) for n in nodes]
         perf.counters.attribute(raw, windows)
-        config.worker_ns.append(clock() - t0)
+        config.worker_ns.append(worker_ns + clock() - t0)
     for path in files:
         os.unlink(path)
 

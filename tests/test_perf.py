@@ -60,7 +60,8 @@ class Counter:
         self.pool: Pool = self.counters.pool(self.session.thread_ids, stays_on=stays_on)
         self.directory = directory
         self.runs = 0
-        self.run({"x": self.feed()})  # priming: the first profiled run of a session runs alone
+        # priming: the first profiled run of a session runs alone
+        self.run({"x": self.feed()})[2].settle()
 
     def feed(self) -> np.ndarray:
         return np.random.default_rng(1).random(self.shape, dtype=np.float32)
@@ -107,7 +108,7 @@ def cpu_ns_from_switches(raw: RawRun, window: tuple[int, int]) -> float:
     """On-CPU time of every counted thread inside ``window``, straight from the switch
     records (a second, plain implementation of what the attribution computes)."""
     total = 0.0
-    for thread in raw.threads:
+    for thread in raw.settle()[0]:
         begin, end = thread.window
         records = ThreadRecords()
         for taken in thread.taken:
@@ -157,8 +158,9 @@ def test_runs_switch_only_the_calling_threads_events(
     counter_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Switching another thread's events on or off interrupts its CPU (tens of µs on a VM, per
-    thread): the pool's groups stay on, and each run reads them and their rings instead; the
-    calling thread's values, read after its run, serve as the next run's start."""
+    thread): the pool's groups stay on. The request thread only switches its own group; the
+    reads and rings of every thread are taken afterwards (the worker's ``attribute``), and the
+    calling thread's values, read then, serve as its next run's start."""
     counter = counter_factory(
         matmul_chain(),
         (512, 512),
@@ -167,25 +169,59 @@ def test_runs_switch_only_the_calling_threads_events(
         config_entries={"session.intra_op.allow_spinning": "0"},
     )
     assert counter.pool.groups  # one pool thread
+    calling = threading.get_native_id()
     switched = spy_on_groups(monkeypatch)
     for _ in range(3):
         switched.clear()
-        _, _, raw, counts = counter.counted()
-        calling = threading.get_native_id()
-        assert {(name, tid) for name, tid in switched if tid != calling} == {
-            ("read", group.tid) for group in counter.pool.groups
-        }
-        own = [name for name, tid in switched if tid == calling]
-        assert own == ["enable", "disable", "read"]  # its start: the priming run's last read
+        _, windows, raw = counter.run({"x": counter.feed()})
+        assert switched == [("enable", calling), ("disable", calling)]  # nothing per pool thread
+        switched.clear()
+        counts = counter.counters.attribute(raw, windows)
+        assert sorted(switched) == sorted(
+            [("read", calling), *(("read", group.tid) for group in counter.pool.groups)]
+        )
         total = counts.attribution.totals["task-clock"]
         per_node = sum(values["task-clock"] for values in counts.attribution.nodes)
         assert abs(per_node + counts.attribution.between["task-clock"] - total) <= 0.02 * total
         pool_cpu = [
             t.after[0].values[t.ids["task-clock"]] - t.before[0].values[t.ids["task-clock"]]
-            for t in raw.threads
+            for t in raw.settle()[0]
             if t.tid != calling
         ]
         assert all(cpu > 0 for cpu in pool_cpu), pool_cpu  # the pool thread worked, counted
+
+
+@pytest.mark.parametrize("stays_on", [True, False], ids=["pool-stays-on", "pool-switched"])
+def test_a_run_the_worker_has_not_settled_is_settled_by_the_next_one(
+    counter_factory: Any, monkeypatch: pytest.MonkeyPatch, stays_on: bool
+) -> None:
+    """Each run's reads are taken once, by whoever needs them first; a pool that stays on is
+    read at each settle, so its threads' windows follow one another: nothing counted twice,
+    nothing lost."""
+    counter = counter_factory(
+        matmul_chain(), (512, 512), ["task-clock", "page-faults"], stays_on=stays_on,
+        intra_op_num_threads=2,
+    )  # fmt: skip
+    calling = threading.get_native_id()
+    _, first_windows, first = counter.run({"x": counter.feed()})
+    switched = spy_on_groups(monkeypatch)
+    _, second_windows, second = counter.run({"x": counter.feed()})
+    reads = sorted(tid for name, tid in switched if name == "read")
+    assert reads == sorted([calling, *(group.tid for group in counter.pool.groups)])
+    switched.clear()
+    first_threads, problems = first.settle()  # already settled: nothing read again
+    assert not switched and not problems
+    second_threads, _ = second.settle()
+    assert sorted(tid for name, tid in switched if name == "read") == reads
+    for before, after in zip(first_threads, second_threads, strict=True):
+        assert before.tid == after.tid
+        if before.tid != calling and stays_on:
+            assert after.window[0] == before.window[1] and after.before == before.after
+    for raw, windows in ((first, first_windows), (second, second_windows)):
+        counts = counter.counters.attribute(raw, windows)
+        total = counts.attribution.totals["task-clock"]
+        per_node = sum(values["task-clock"] for values in counts.attribution.nodes)
+        assert abs(per_node + counts.attribution.between["task-clock"] - total) <= 0.02 * total
 
 
 def test_a_pool_that_serves_unprofiled_runs_counts_only_profiled_ones(

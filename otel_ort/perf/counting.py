@@ -2,22 +2,27 @@
 
 ``PerfCounters`` is made at ``instrument()`` from the user's selection; ``prepare`` probes the
 machine once (off the request path). Each twin gets a ``Pool`` of groups on its intra-op
-threads; each thread that runs profiled runs gets its own group on first use, kept in a
-thread-local (closed when the thread ends). Groups are opened once and reused. During a
-profiled run (``begin`` … ``end``, on the request thread) the calling thread's group is
-enabled; the worker then parses what the run's groups recorded and ``attribute``-s it to the
-run's nodes. A twin's pool is used by one profiled run at a time: concurrent profiled runs on
-one session take turns while perf counting is on.
+threads; each thread that runs profiled runs gets a one-group pool of its own on first use,
+kept in a thread-local (closed when the thread ends). Groups are opened once and reused. A
+profiled run (``begin`` … ``end``, on the request thread) enables the calling thread's group;
+the worker then parses what the run's groups recorded and ``attribute``-s it to the run's
+nodes. A twin's pool is used by one profiled run at a time: concurrent profiled runs on one
+session take turns while perf counting is on.
+
+The request thread does no more than switch groups on and off: a run's reads and ring bytes
+are taken afterwards (``settle``), by the worker as it converts the run, or by the pool's
+next run if that starts first. A switched-off group holds its values and its rings stay as
+they are, so they can wait.
 
 A pool whose threads work for profiled runs only (``stays_on``: the twin runs nothing else)
-has its groups enabled once the twin is primed, until it closes; ``begin`` and ``end`` read
-their values and rings instead of switching them. Switching another thread's events costs an
-interrupt to its CPU (``task_function_call``), tens of microseconds per thread on a VM, even
-while the thread sleeps; reading costs one only while the thread runs (spins). Each pool
-thread's window is stamped next to its own reads, so a thread that runs between two reads is
-not counted outside its window. A pool that also runs unprofiled runs (serve mode) is switched
-on and off around each profiled run instead: those runs must not pay for switch records and
-samples.
+has its groups enabled once the twin is primed, until it closes; the request thread does
+nothing per pool thread then, so its cost does not grow with the pool. Each such thread's
+window runs from one settle to the next: its time outside the run's nodes (ORT's pool
+spinning after the previous run and after this one) is the run's, between nodes. Switching
+another thread's events costs an interrupt to its CPU (``task_function_call``), tens of
+microseconds per thread on a VM, even while the thread sleeps. A pool that also runs
+unprofiled runs (serve mode) is switched on and off around each profiled run instead: those
+runs must not pay for switch records and samples.
 """
 
 from __future__ import annotations
@@ -38,21 +43,123 @@ from otel_ort.perf.records import ThreadRecords, parse
 
 _logger = logging.getLogger("otel_ort")
 
+Reads = tuple[Read, Read | None]
+"""A group's software and dense values (see ``ThreadGroup.read``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRaw:
+    """One thread's part of a counted run, once settled."""
+
+    tid: int
+    window: tuple[int, int]
+    before: Reads
+    after: Reads
+    taken: tuple[Taken, ...]
+    ids: dict[str, int]
+    dense_id: int | None
+
+
+Settled = tuple[tuple[ThreadRaw, ...], tuple[str, ...]]
+"""A run's threads, and the threads it could not count (why)."""
+
+
+@dataclass(eq=False, slots=True)
+class Share:
+    """One run's part of a pool until it is settled; for a switched pool, each group's values
+    and time when enabled, and its time when disabled."""
+
+    pool: Pool
+    groups: list[ThreadGroup]
+    skip: int | None
+    """A thread the calling thread's own pool counts: not counted twice."""
+    started: list[tuple[Reads, int]] = field(default_factory=list)
+    stops: list[int] = field(default_factory=list)
+    settled: Settled | None = None
+
 
 @dataclass(eq=False)
 class Pool:
-    """The groups on one twin's intra-op threads; ``problems`` name threads not counted."""
+    """Groups counted together: a twin's intra-op threads, or one calling thread's group.
+    ``problems`` name threads not counted."""
 
     groups: list[ThreadGroup]
     problems: list[str]
     stays_on: bool
     """The groups are enabled for the pool's life (else only during profiled runs)."""
+    last_settled: list[tuple[Reads, int]] = field(default_factory=list)
+    """(stays on) Each group's values at its last settle, and when: its next window's start."""
     lock: threading.Lock = field(default_factory=threading.Lock)
+    """Held by the run being counted."""
+    _settling: threading.Lock = field(default_factory=threading.Lock)
+    _unsettled: Share | None = None
+
+    def start(self, skip: int | None = None) -> Share:
+        """Request thread (holding ``lock``): begin a run's counting; first settle the
+        previous run's, if the worker has not yet."""
+        self.settle()
+        if self.stays_on:
+            return Share(self, self.groups, skip)
+        share = Share(self, [group for group in self.groups if group.tid != skip], None)
+        try:
+            for group in share.groups:
+                before = group.frozen or group.read()
+                group.frozen = None
+                group.discard()  # nothing, unless a record came in as it was switched off
+                share.started.append((before, group.enable()))
+        except BaseException:
+            _disable(share.groups)
+            raise
+        return share
+
+    def stop(self, share: Share) -> None:
+        """Request thread: end ``share``'s counting (what it counted is settled later)."""
+        if not self.stays_on:
+            try:
+                share.stops = [group.disable() for group in share.groups]
+            except BaseException:  # no group may be left counting
+                _disable(share.groups)
+                raise
+        self._unsettled = share
+
+    def settle(self) -> None:
+        """Take the last stopped run's reads and ring bytes, unless that was done already."""
+        with self._settling:
+            share, self._unsettled = self._unsettled, None
+            if share is not None:
+                share.settled = self._take(share)
+
+    def _take(self, share: Share) -> Settled:
+        threads, problems = [], []
+        for index, group in enumerate(share.groups):
+            try:
+                after = group.read()
+                if self.stays_on:
+                    before, start = self.last_settled[index]
+                    stop = time.time_ns()
+                    self.last_settled[index] = (after, stop)
+                else:
+                    (before, start), stop = share.started[index], share.stops[index]
+                    group.frozen = after  # it holds until the group is enabled again
+                taken = group.take()
+            except OSError as exc:
+                problems.append(f"thread {group.tid} not counted: {exc}")
+                continue
+            if group.tid != share.skip:
+                threads.append(
+                    ThreadRaw(
+                        group.tid, (start, stop), before, after, taken, group.ids, group.dense_id
+                    )
+                )
+        return tuple(threads), tuple(problems)
 
     def close(self, *, forked_child: bool = False) -> None:
-        """Close the groups once no run uses them (in a forked child: at once, without the
-        lock, which a parent's thread may have held at the fork)."""
+        """Settle the last run and close the groups, once no run uses them (in a forked child:
+        at once, unsettled and without the lock, which a parent's thread may have held at the
+        fork)."""
         with contextlib.nullcontext() if forked_child else self.lock:
+            if not forked_child:
+                self.settle()
             for group in self.groups:
                 group.close()
             self.groups = []
@@ -60,34 +167,30 @@ class Pool:
 
 @dataclass(slots=True)
 class Counting:
-    """A run being counted: the calling thread's group, then the pool's; their reads at the
-    start, and when each one's counting window starts."""
+    """A run being counted: the calling thread's share, then the twin pool's."""
 
-    groups: list[ThreadGroup]
-    befores: list[tuple[Read, Read | None]]
-    started_at: list[int]
-    pool: Pool
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadRaw:
-    """One thread's part of a counted run, as the request thread leaves it."""
-
-    tid: int
-    window: tuple[int, int]
-    before: tuple[Read, Read | None]
-    after: tuple[Read, Read | None]
-    taken: tuple[Taken, ...]
-    ids: dict[str, int]
-    dense_id: int | None
+    own: Share
+    pooled: Share
 
 
 @dataclass(frozen=True, slots=True)
 class RawRun:
-    """A counted run before parsing (which waits for the worker)."""
+    """A counted run, as the request thread leaves it: settled when the worker needs it."""
 
-    threads: tuple[ThreadRaw, ...]
+    shares: tuple[Share, ...]
     problems: tuple[str, ...]
+
+    def settle(self) -> Settled:
+        """Its threads' reads and ring bytes (taken now if nobody has yet)."""
+        threads: list[ThreadRaw] = []
+        problems = list(self.problems)
+        for share in self.shares:
+            if share.settled is None:
+                share.pool.settle()
+            settled, lost = share.settled or ((), ("a thread's counts were not settled",))
+            threads += settled
+            problems += lost
+        return tuple(threads), tuple(problems)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,16 +244,17 @@ class PerfCounters:
     def pool(self, tids: Iterable[int], *, stays_on: bool) -> Pool:
         """Groups on a twin's threads, enabled if they are to stay on (``prepare`` must have
         succeeded)."""
-        groups, problems = [], []
+        groups, problems, settled = [], [], []
         for tid in tids:
             try:
                 group = self._group(tid)
                 if stays_on:
                     group.enable()
+                    settled.append((group.read(), time.time_ns()))
                 groups.append(group)
             except OSError as exc:
                 problems.append(f"thread {tid} not counted: {probe.event_problem('group', exc)}")
-        return Pool(groups, problems, stays_on)
+        return Pool(groups, problems, stays_on, settled)
 
     def attribute(self, raw: RawRun, windows: Sequence[tuple[int, int]]) -> RunCounts:
         """Per-node counts for ``windows`` (ns; the run's node windows, not overlapping)."""
@@ -161,8 +265,9 @@ class PerfCounters:
             (s.alias, "switches") for s in self._selection.events if probe.from_switch_records(s)
         )
         kinds.update((spec.alias, spec.kind) for spec in plan.members)
-        runs, throttled, problems = [], 0, list(raw.problems)
-        for thread in raw.threads:
+        threads, lost = raw.settle()
+        runs, throttled, problems = [], 0, list(lost)
+        for thread in threads:
             records = ThreadRecords()
             incomplete = set()
             for taken in thread.taken:
@@ -206,49 +311,42 @@ class PerfCounters:
         if self._plan is None:
             return self.unavailable or "perf counters are not ready yet"
         try:
-            group = self._calling_group()
+            own = self._calling_pool()
         except OSError as exc:
             return f"this thread is not counted: {probe.event_problem('group', exc)}"
         pool.lock.acquire()
-        pooled = [g for g in pool.groups if g.tid != group.tid]
         try:
-            started = [_start(g, switched=not pool.stays_on) for g in pooled]
-            started.insert(0, _start(group, switched=True))  # the last, nearest to the run
+            pooled = pool.start(skip=own.groups[0].tid)
+            try:
+                return Counting(own.start(), pooled)  # the last, nearest to the run
+            except BaseException:
+                pool.stop(pooled)
+                raise
         except BaseException:
-            _disable([group] if pool.stays_on else [group, *pooled])
             pool.lock.release()
             raise
-        befores, starts = zip(*started, strict=True)
-        return Counting([group, *pooled], list(befores), list(starts), pool)
 
     def end(self, counting: Counting) -> RawRun:
         """Stop counting; what the worker needs. Releases the pool."""
-        group, *pooled = counting.groups
-        stays_on = counting.pool.stays_on
+        own, pooled = counting.own, counting.pooled
         try:
             try:
-                stopped = [_stop(group, switched=True)]
-                stopped += [_stop(g, switched=not stays_on) for g in pooled]
-            except BaseException:  # no group may be left counting
-                _disable([group] if stays_on else counting.groups)
-                raise
-            threads = tuple(
-                ThreadRaw(g.tid, (start, stop), before, after, g.take(), g.ids, g.dense_id)
-                for g, start, before, (after, stop) in zip(
-                    counting.groups, counting.started_at, counting.befores, stopped, strict=True
-                )
-            )
+                own.pool.stop(own)  # the first, nearest to the run
+            finally:
+                pooled.pool.stop(pooled)
         finally:
-            counting.pool.lock.release()
-        return RawRun(threads, tuple(counting.pool.problems))
+            pooled.pool.lock.release()
+        return RawRun((own, pooled), tuple(pooled.pool.problems))
 
     # -- groups ---------------------------------------------------------------------------
 
-    def _calling_group(self) -> ThreadGroup:
-        group: ThreadGroup | None = getattr(self._calling, "group", None)
-        if group is None:
-            group = self._calling.group = self._group(threading.get_native_id())
-        return group
+    def _calling_pool(self) -> Pool:
+        """This thread's own pool: its group, switched on for its profiled runs."""
+        pool: Pool | None = getattr(self._calling, "pool", None)
+        if pool is None:
+            group = self._group(threading.get_native_id())
+            pool = self._calling.pool = Pool([group], [], stays_on=False)
+        return pool
 
     def _group(self, tid: int) -> ThreadGroup:
         plan = self._plan
@@ -274,30 +372,6 @@ class PerfCounters:
         """The parent's threads do not exist here: drop their groups (closing our copies of
         the fds)."""
         self.close()
-
-
-def _start(group: ThreadGroup, *, switched: bool) -> tuple[tuple[Read, Read | None], int]:
-    """A group's values at a run's start, and when its window starts. A ``switched`` group is
-    enabled (its values, read when it was last disabled, held since); one that stays on is
-    read, what its rings hold dropped."""
-    if switched:
-        before = group.frozen or group.read()
-        group.frozen = None
-        group.discard()  # nothing, unless a record came in as it was switched off
-        return before, group.enable()
-    group.discard()  # what it recorded since the last run: not this run's
-    started = time.time_ns()
-    return group.read(), started
-
-
-def _stop(group: ThreadGroup, *, switched: bool) -> tuple[tuple[Read, Read | None], int]:
-    """A group's values at a run's end, and when its window ends (see ``_start``)."""
-    if switched:
-        stopped = group.disable()
-        group.frozen = group.read()
-        return group.frozen, stopped
-    after = group.read()
-    return after, time.time_ns()
 
 
 def _disable(groups: Iterable[ThreadGroup]) -> None:

@@ -421,6 +421,8 @@ class Profiler:
         self._count_run("profiled")  # here, not on the request thread
         problems: list[str] = []
         try:
+            if isinstance(run.counters, RawRun):  # first: before the pool's next run needs to
+                run.counters.settle()
             self._keep_profile(span, run, session_facts, problems)
         except Exception as exc:
             problems.append(f"keeping the profile failed: {exc!r}")
