@@ -104,22 +104,30 @@ class ProfileStore:
         self.deleted = 0
         """Files deleted by retention so far."""
         self._numbers = itertools.count(1)
+        self._published = os.path.join(self.directory, _PREFIX)
+        self._pending = self._tag = ""
+        """``<dir>/.pending/<pid>-`` and ``<pid>-``: what a run's names start with."""
         self._stamp = (0, "")
         """The local time of the last name, by the second (formatting it costs tens of µs)."""
         self._lock = threading.Lock()
         self._kept, self._kept_bytes = self._scan()  # oldest first
+        self._name_for_this_process()
+
+    def _name_for_this_process(self) -> None:
+        self._tag = f"{os.getpid()}-"
+        self._pending = os.path.join(self.directory, _PENDING, self._tag)
 
     def new_run(self) -> RunFiles:
         """Fresh, unique names for one profiled run (cheap: called on the request thread)."""
-        tag = f"{os.getpid()}-{next(self._numbers)}"
+        number = next(self._numbers)
         now = int(time.time())
         second, stamp = self._stamp
         if second != now:
             stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
             self._stamp = now, stamp
         return RunFiles(
-            os.path.join(self.directory, _PENDING, tag),
-            os.path.join(self.directory, f"{_PREFIX}{stamp}_{tag}.json"),
+            f"{self._pending}{number}",
+            f"{self._published}{stamp}_{self._tag}{number}.json",
         )
 
     @staticmethod
@@ -160,8 +168,10 @@ class ProfileStore:
             return deleted
 
     def after_fork_in_child(self) -> None:
-        """A lock a parent's thread held at the fork would stay held in the child."""
+        """Names with the child's pid; and a lock a parent's thread held at the fork would
+        stay held in the child."""
         self._lock = threading.Lock()
+        self._name_for_this_process()
 
     def _scan(self) -> tuple[deque[tuple[str, int]], int]:
         """The published files already in the directory, oldest first, and their bytes."""
