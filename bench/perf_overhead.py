@@ -10,9 +10,11 @@ unprofiled run (settling the caches alike), so the machine's drift hits them ali
   baseline            the same with ``profile_prefix``: ORT's run-level profiling alone
   perf, ...           ``PerfCounters.begin`` + the profiled run + ``PerfCounters.end``
 Time is wall time on the request thread around those calls. Overhead = the median over rounds
-of (configuration - baseline), relative to the baseline's median. The profiler's worker reads
-each profile and attributes the counts to its nodes off the request path: that time per run
-("worker") is shown apart.
+of (configuration - baseline), relative to the baseline's median. The profiler's worker takes
+each run's reads and rings, reads its profile and attributes the counts to its nodes off the
+request path: that time per run ("worker") is shown apart. A perf configuration's pool (its
+groups on ORT's pool threads, which stay on as in twin mode) is open only for its own two runs,
+the untimed one counted too: no other configuration's runs are counted or sampled.
 "default events" are otel-ort's defaults without a PMU: nothing dense is counted, so the leader
 does not sample. cpu-clock (a dense event) makes it sample every period of CPU time, as
 hardware counters do where a PMU exists. Target: <= 5% at the default period.
@@ -27,13 +29,14 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from otel_ort.capi import CSession, load_api
 from otel_ort.capi.session import SessionConfig
-from otel_ort.perf.counting import PerfCounters, Pool
+from otel_ort.perf.counting import PerfCounters, Pool, RawRun
 from otel_ort.perf.events import parse_events
 from otel_ort.perf.probe import Plan
 from otel_ort.perf.records import ThreadRecords, parse
@@ -73,7 +76,6 @@ def matmul_chain(size: int, depth: int) -> bytes:
 @dataclass
 class Perf:
     counters: PerfCounters
-    pool: Pool
     plan: Plan
 
 
@@ -101,43 +103,45 @@ def perf_config(label: str, events: list[str], period_ns: int | None, session: C
     if not counters.prepare() or counters._plan is None:
         print(f"perf counters are unusable here: {counters.unavailable}")
         sys.exit(0)
-    pool = counters.pool(session.thread_ids, stays_on=True)  # as in twin mode
-    for problem in pool.problems:
-        print(f"{label}: {problem}", file=sys.stderr)
-    return Config(label, Perf(counters, pool, counters._plan))
+    return Config(label, Perf(counters, counters._plan))
 
 
 def measure(config: Config, session: CSession, feeds, prefix: str, keep: bool) -> None:
-    """One timed run (after an untimed unprofiled one); records it when ``keep``."""
-    session.run(feeds)
+    """One timed run (after an untimed unprofiled one); records it when ``keep``. A perf
+    configuration opens its pool for the two runs: the groups of a pool that stays on (as in
+    twin mode) must not count, nor sample, the other configurations' runs."""
     clock = time.perf_counter_ns
-    perf, raw = config.perf, None
-    t0 = clock()
+    perf = config.perf
     if perf is None:
+        session.run(feeds)
+        t0 = clock()
         session.run(feeds, profile_prefix=prefix if config.profiled else None)
+        elapsed = clock() - t0
     else:
-        counting = perf.counters.begin(perf.pool)
-        if isinstance(counting, str):
-            raise RuntimeError(f"{config.label}: not counted: {counting}")
+        pool = perf.counters.pool(session.thread_ids, stays_on=True)
+        for problem in pool.problems:
+            print(f"{config.label}: {problem}", file=sys.stderr)
         try:
-            session.run(feeds, profile_prefix=prefix)
+            counted(perf.counters, pool, lambda: session.run(feeds)).settle()  # untimed
+            t0 = clock()
+            raw = counted(perf.counters, pool, lambda: session.run(feeds, profile_prefix=prefix))
+            elapsed = clock() - t0
+            t0 = clock()  # the worker's work on the run: settle (before the pool closes) ...
+            threads, _ = raw.settle()
+            worker_ns = clock() - t0
         finally:
-            raw = perf.counters.end(counting)
-    elapsed = clock() - t0
+            pool.close()
     files = glob.glob(f"{prefix}_*.json")
     if keep:
         config.times.append(elapsed)
-    if keep and perf is not None and raw is not None:
-        t0 = clock()  # what the worker does with the run: settle, read the profile, attribute
-        threads, _ = raw.settle()
-        worker_ns = clock() - t0
+    if keep and perf is not None:
         records = ThreadRecords()
         for thread in threads:
             for taken in thread.taken:
                 parse(taken.data, thread.dense_id, records)
                 config.filled += taken.filled
         config.samples.append(len(records.group_samples))
-        t0 = clock()
+        t0 = clock()  # ... read the profile, attribute
         profile = read_profile(files[0], start := session.last_run_started_ns())
         nodes = profile.runs[0].nodes
         windows = [(start + int(n.ts * 1000), start + int(n.end * 1000)) for n in nodes]
@@ -145,6 +149,18 @@ def measure(config: Config, session: CSession, feeds, prefix: str, keep: bool) -
         config.worker_ns.append(worker_ns + clock() - t0)
     for path in files:
         os.unlink(path)
+
+
+def counted(counters: PerfCounters, pool: Pool, run: Callable[[], object]) -> RawRun:
+    """``run()`` counted on the calling thread and ``pool``."""
+    counting = counters.begin(pool)
+    if isinstance(counting, str):
+        raise RuntimeError(f"not counted: {counting}")
+    try:
+        run()
+    finally:
+        raw = counters.end(counting)
+    return raw
 
 
 def ms(values, quantile: float = 50) -> str:
@@ -186,7 +202,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for config in configs:
             if config.perf is not None:
-                config.perf.pool.close()
                 config.perf.counters.close()
         session.close()
 
