@@ -17,7 +17,9 @@ import onnxruntime as ort
 import pytest
 from opentelemetry import baggage
 from opentelemetry import context as otel_context
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
 from otel_ort.capi import CSession, SessionConfig
@@ -477,3 +479,28 @@ def test_an_interrupted_profiled_run_ends_its_span_and_gives_its_place_back(
     span = run_spans(profiling)[-1]
     assert attrs(span)[semconv.ERROR_TYPE] == "KeyboardInterrupt"
     assert not list((profile_dir / ".pending").iterdir())
+
+
+def test_uninstrument_flushes_a_provider_whose_force_flush_takes_no_timeout(
+    profile_dir: Path, mlp_path: Path
+) -> None:
+    """The SDK's ``force_flush`` takes ``timeout_millis``; a subclass may not: its profiled
+    spans must still leave at ``uninstrument()`` (the batch processor would hold them 5 s)."""
+    exporter = InMemorySpanExporter()
+
+    class Provider(TracerProvider):
+        def force_flush(self) -> bool:  # type: ignore[override]
+            return super().force_flush()
+
+    provider = Provider()
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=60_000))
+    with instrumentation(tracer_provider=provider, profile_dir=str(profile_dir)):
+        session = ort.InferenceSession(mlp_path, providers=CPU)
+        ready(session, X)
+        exporter.clear()
+        with profile_next_run():
+            session.run(None, X)
+    runs = [s for s in exporter.get_finished_spans() if s.name == semconv.SPAN_RUN]
+    assert [attrs(s)[semconv.RUN_PROFILED] for s in runs] == [True]
+    assert len(exporter.get_finished_spans()) > 1  # its node spans too
+    provider.shutdown()

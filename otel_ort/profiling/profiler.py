@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import inspect
 import itertools
 import logging
 import os
@@ -547,11 +548,12 @@ class Profiler:
         return self._tracer_provider or trace.get_tracer_provider()
 
     def _flush_provider(self, deadline: float | None) -> None:
-        """Flush the tracer provider, giving up at ``deadline`` (``time.monotonic()``)."""
+        """Flush the tracer provider, giving up at ``deadline`` (``time.monotonic()``) if its
+        ``force_flush`` takes ``timeout_millis`` as the SDK's does."""
         flush = getattr(self._provider(), "force_flush", None)
         if callable(flush):
             with contextlib.suppress(Exception):
-                if deadline is None:
+                if deadline is None or not _takes(flush, "timeout_millis"):
                     flush()
                 else:
                     flush(timeout_millis=int(_left(deadline) * 1000))
@@ -621,6 +623,15 @@ def _twin_call(args: Any, kwargs: Any) -> tuple[Any, dict[str, Any], Any] | str:
 def _left(deadline: float) -> float:
     """Seconds until ``deadline`` (``time.monotonic()``), at least 0."""
     return max(0.0, deadline - time.monotonic())
+
+
+def _takes(function: Callable[..., Any], parameter: str) -> bool:
+    """Whether ``function`` accepts the keyword argument ``parameter``."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):  # no signature to read: try it
+        return True
+    return parameter in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
 def _overlapping(windows: list[tuple[float, float]]) -> bool:
