@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -222,6 +223,39 @@ def test_a_run_the_worker_has_not_settled_is_settled_by_the_next_one(
         total = counts.attribution.totals["task-clock"]
         per_node = sum(values["task-clock"] for values in counts.attribution.nodes)
         assert abs(per_node + counts.attribution.between["task-clock"] - total) <= 0.02 * total
+
+
+def test_a_run_whose_groups_closed_before_it_was_settled_says_so(counter_factory: Any) -> None:
+    """Shutdown may close the groups while the worker still converts (it gave up waiting): the
+    run loses those threads' counts, said as problems, and nothing raises."""
+    counter = counter_factory(
+        matmul_chain(), (512, 512), ["task-clock", "page-faults"], intra_op_num_threads=3
+    )
+    first, second = counter.pool.groups[:2]
+    _, windows, raw = counter.run({"x": counter.feed()})
+    first.close()  # read fails
+    second._owned.rings[0][0].close()  # read works, its ring is gone
+    threads, problems = raw.settle()
+    assert [thread.tid for thread in threads] == [threading.get_native_id()]
+    assert [problem.split(":")[0] for problem in problems] == [
+        f"thread {first.tid} not counted",
+        f"thread {second.tid} not counted",
+    ]
+    counts = counter.counters.attribute(raw, windows)
+    assert counts.attribution.totals["task-clock"] > 0  # the calling thread's
+    assert len(counts.problems) == 2
+
+
+def test_a_group_is_not_closed_at_interpreter_exit_before_shutdown() -> None:
+    """Interpreter exit runs weakref finalizers before later atexit handlers: a group must wait
+    for the profiler's shutdown, which settles the runs still to be converted."""
+    group = ThreadGroup(threading.get_native_id(), "task-clock", (), period_ns=0,
+                        exclude_kernel=True, pages=1)  # fmt: skip
+    try:
+        finalizers = [f for f in weakref.finalize._registry if f.peek() and f.peek()[0] is group]  # type: ignore[attr-defined]
+        assert finalizers and not any(f.atexit for f in finalizers)
+    finally:
+        group.close()
 
 
 def test_a_pool_that_serves_unprofiled_runs_counts_only_profiled_ones(

@@ -45,7 +45,7 @@ class ThreadRun:
 
     tid: int
     window: tuple[int, int]
-    """When it was counted (ns, CLOCK_REALTIME): around its before and after reads."""
+    """When it was counted (ns, CLOCK_REALTIME), stamped next to its before and after reads."""
     before: Read
     after: Read
     """The software group's reads (task-clock, sparse events)."""

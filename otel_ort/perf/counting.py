@@ -95,8 +95,9 @@ class Pool:
     _unsettled: Share | None = None
 
     def start(self, skip: int | None = None) -> Share:
-        """Request thread (holding ``lock``): begin a run's counting; first settle the
-        previous run's, if the worker has not yet."""
+        """Request thread (holding ``lock``, for a twin's pool): begin a run's counting;
+        first settle the previous run's if the worker has not yet (back-to-back profiled runs
+        of one twin: then this run reads the pool, as the worker would)."""
         self.settle()
         if self.stays_on:
             return Share(self, self.groups, skip)
@@ -120,14 +121,19 @@ class Pool:
             except BaseException:  # no group may be left counting
                 _disable(share.groups)
                 raise
-        self._unsettled = share
+        with self._settling:
+            self._unsettled = share
 
     def settle(self) -> None:
-        """Take the last stopped run's reads and ring bytes, unless that was done already."""
+        """Take the last stopped run's reads and ring bytes, unless that was done already;
+        what cannot be read becomes one of its problems."""
         with self._settling:
             share, self._unsettled = self._unsettled, None
             if share is not None:
-                share.settled = self._take(share)
+                try:
+                    share.settled = self._take(share)
+                except Exception as exc:
+                    share.settled = ((), (f"the run's counts could not be read: {exc!r}",))
 
     def _take(self, share: Share) -> Settled:
         threads, problems = [], []
@@ -142,7 +148,7 @@ class Pool:
                     (before, start), stop = share.started[index], share.stops[index]
                     group.frozen = after  # it holds until the group is enabled again
                 taken = group.take()
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # closed meanwhile (shutdown gave up waiting)
                 problems.append(f"thread {group.tid} not counted: {exc}")
                 continue
             if group.tid != share.skip:

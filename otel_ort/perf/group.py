@@ -59,7 +59,9 @@ class ThreadGroup:
         self.tid = tid
         self._owned = _Owned()
         self._fds, self._rings = self._owned.fds, self._owned.rings
-        weakref.finalize(self, self._owned.close)  # a thread-local group: when its thread ends
+        # a thread-local group closes when its thread ends; not at interpreter exit, where the
+        # profiler's shutdown settles the last runs first (the process's end closes the rest)
+        weakref.finalize(self, self._owned.close).atexit = False
         self._flags = _FLAGS | (kernel.EXCLUDE_KERNEL if exclude_kernel else 0)
         self.dense_leader: int | None = None
         self.dense_id: int | None = None

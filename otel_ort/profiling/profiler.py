@@ -421,9 +421,9 @@ class Profiler:
         is counted (``profile_error``) and said on it, ORT's raw file never stays behind."""
         self._count_run("profiled")  # here, not on the request thread
         problems: list[str] = []
+        if isinstance(run.counters, RawRun):  # first, or the pool's next run will have to
+            run.counters.settle()  # (never raises: what it cannot read becomes a problem)
         try:
-            if isinstance(run.counters, RawRun):  # first: before the pool's next run needs to
-                run.counters.settle()
             self._keep_profile(span, run, session_facts, problems)
         except Exception as exc:
             problems.append(f"keeping the profile failed: {exc!r}")
