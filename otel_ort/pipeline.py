@@ -231,16 +231,25 @@ class RequestSpanProcessor(BatchSpanProcessor):
     def __init__(self, exporter: SpanExporter, drops: DropCounter) -> None:
         super().__init__(exporter)
         self._drops = drops
+        self._adding = threading.Lock()
 
     def on_end(self, span: ReadableSpan) -> None:
+        """Queue ``span``, or count it dropped: a full queue drops the new span, not the oldest.
+
+        Spans are added one at a time and the SDK's export thread only takes from the queue,
+        so a queue found full stays full until the add: each count is a span really dropped.
+        """
+        if span.context is None or not span.context.trace_flags.sampled:
+            return
         batch = self._batch_processor
-        if span.context is not None and span.context.trace_flags.sampled:
+        with self._adding:
             if batch._shutdown:
                 self._drops.add("requests", "already_shutdown", 1, "the pipeline was shut down")
             elif len(batch._queue) >= batch._max_queue_size:
                 why = "the export queue was full (raise OTEL_BSP_MAX_QUEUE_SIZE)"
                 self._drops.add("requests", "queue_full", 1, why)
-        super().on_end(span)
+            else:
+                super().on_end(span)
 
 
 class ProfileSpanProcessor(BatchSpanProcessor):

@@ -218,3 +218,42 @@ def test_an_existing_sdk_set_up_is_not_overridden(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: existing)
     with pytest.raises(RuntimeError, match=r"already set .* remove the configure"):
         configure()
+
+
+class _CountingExporter(SpanExporter):
+    """Exports at once, so the SDK's export thread takes from the queue while spans end."""
+
+    def __init__(self) -> None:
+        self.exported = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.exported += len(spans)
+        return SpanExportResult.SUCCESS
+
+
+def test_drops_are_counted_exactly_while_the_export_thread_takes_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "8")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "2")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "1")
+    exporter = _CountingExporter()
+    drops = DropCounter()
+    provider = TracerProvider()
+    provider.add_span_processor(RequestSpanProcessor(exporter, drops))
+    tracer = provider.get_tracer("test")
+    threads, spans = 4, 3000
+
+    def end_spans() -> None:
+        for _ in range(spans):
+            tracer.start_span("request").end()
+
+    workers = [threading.Thread(target=end_spans) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    provider.shutdown()
+    dropped = drops.counts()["requests.queue_full"]
+    assert dropped > 0
+    assert exporter.exported + dropped == threads * spans
