@@ -146,6 +146,27 @@ def _thread_values(
     return out
 
 
+def late_start(run: ThreadRun, leader: int, windows: Sequence[tuple[int, int]]) -> int:
+    """How much later ``windows`` really are, by ``run``'s thread (the one that ran the first
+    node, i.e. the calling thread), ns.
+
+    The windows are placed from a stamp taken just before ORT's run began; ORT's own start of
+    the profile comes a little later, much later if the thread was preempted in between (a
+    whole time slice, milliseconds, on a loaded machine). The first node starts while its
+    thread is on a CPU: if the thread's switch records say it was off one then, the windows
+    move to the thread's next return to a CPU, and no further than the end of its counting
+    window allows (0 when nothing is known)."""
+    if not windows or "switches" in run.incomplete:
+        return 0
+    on_cpu = _OnCpu(run, leader)
+    start = windows[0][0]
+    ends = on_cpu.starts + on_cpu.lengths
+    later = np.flatnonzero(ends > start)
+    if not len(later) or on_cpu.starts[later[0]] <= start:
+        return 0
+    return int(min(on_cpu.starts[later[0]] - start, max(0, run.window[1] - windows[-1][1])))
+
+
 class _OnCpu:
     """A thread's on-CPU intervals inside its window, from its switch records."""
 

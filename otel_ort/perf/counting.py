@@ -36,7 +36,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from otel_ort.perf import probe
-from otel_ort.perf.attribution import Attribution, Counted, Read, ThreadRun, attribute
+from otel_ort.perf.attribution import (
+    Attribution,
+    Counted,
+    Read,
+    ThreadRun,
+    attribute,
+    late_start,
+)
 from otel_ort.perf.events import EventSelection, Unavailable
 from otel_ort.perf.group import Taken, ThreadGroup
 from otel_ort.perf.records import ThreadRecords, parse
@@ -139,14 +146,12 @@ class Pool:
         threads, problems = [], []
         for index, group in enumerate(share.groups):
             try:
-                after = group.read()
                 if self.stays_on:
                     before, start = self.last_settled[index]
-                    stop = time.time_ns()
-                    self.last_settled[index] = (after, stop)
+                    after, stop = self.last_settled[index] = _read_counting(group)
                 else:
                     (before, start), stop = share.started[index], share.stops[index]
-                    group.frozen = after  # it holds until the group is enabled again
+                    group.frozen = after = group.read()  # it holds until enabled again
                 taken = group.take()
             except (OSError, ValueError) as exc:  # closed meanwhile (shutdown gave up waiting)
                 problems.append(f"thread {group.tid} not counted: {exc}")
@@ -185,6 +190,8 @@ class RawRun:
 
     shares: tuple[Share, ...]
     problems: tuple[str, ...]
+    calling_tid: int | None = None
+    """The thread that called ORT's run (it ran the first node)."""
 
     def settle(self) -> Settled:
         """Its threads' reads and ring bytes (taken now if nobody has yet)."""
@@ -208,6 +215,9 @@ class RunCounts:
     threads: int
     throttled: int
     problems: tuple[str, ...]
+    late_ns: int = 0
+    """How much later than given the node windows were found to be (``late_start``): the
+    counts are for the moved windows."""
 
 
 class PerfCounters:
@@ -256,14 +266,15 @@ class PerfCounters:
                 group = self._group(tid)
                 if stays_on:
                     group.enable()
-                    settled.append((group.read(), time.time_ns()))
+                    settled.append(_read_counting(group))
                 groups.append(group)
             except OSError as exc:
                 problems.append(f"thread {tid} not counted: {probe.event_problem('group', exc)}")
         return Pool(groups, problems, stays_on, settled)
 
     def attribute(self, raw: RawRun, windows: Sequence[tuple[int, int]]) -> RunCounts:
-        """Per-node counts for ``windows`` (ns; the run's node windows, not overlapping)."""
+        """Per-node counts for ``windows`` (ns; the run's node windows, not overlapping),
+        moved later if the calling thread's switch records show them early (``late_ns``)."""
         plan = self._plan
         assert plan is not None
         kinds = {self._time_alias: "time"}
@@ -300,8 +311,13 @@ class PerfCounters:
                     frozenset(incomplete),
                 )
             )
+        calling = next((run for run in runs if run.tid == raw.calling_tid), None)
+        late = 0
+        if calling is not None:
+            late = late_start(calling, calling.ids[self._time_alias], windows)
+            windows = [(start + late, end + late) for start, end in windows]
         attribution = attribute(runs, windows, Counted(kinds, self._time_alias))
-        return RunCounts(attribution, plan.period_ns, len(runs), throttled, tuple(problems))
+        return RunCounts(attribution, plan.period_ns, len(runs), throttled, tuple(problems), late)
 
     @property
     def unavailable_events(self) -> list[str]:
@@ -342,7 +358,7 @@ class PerfCounters:
                 pooled.pool.stop(pooled)
         finally:
             pooled.pool.lock.release()
-        return RawRun((own, pooled), tuple(pooled.pool.problems))
+        return RawRun((own, pooled), tuple(pooled.pool.problems), threading.get_native_id())
 
     # -- groups ---------------------------------------------------------------------------
 
@@ -378,6 +394,14 @@ class PerfCounters:
         """The parent's threads do not exist here: drop their groups (closing our copies of
         the fds)."""
         self.close()
+
+
+def _read_counting(group: ThreadGroup) -> tuple[Reads, int]:
+    """An enabled group's values, and when they were read: stamped just before the read, as
+    the read's return may wait for the GIL (milliseconds, under load) while the group's
+    thread runs on."""
+    stamp = time.time_ns()
+    return group.read(), stamp
 
 
 def _disable(groups: Iterable[ThreadGroup]) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import threading
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -134,12 +135,16 @@ class ThreadGroup:
         return software, Read(*kernel.read_group(self.dense_leader, self.dense_members))
 
     def enable(self) -> int:
-        """Start counting; when (ns, CLOCK_REALTIME)."""
+        """Start counting; when (ns, CLOCK_REALTIME). Another thread's group is stamped
+        before the switch, as ``disable`` does: the ioctl's return may wait for the GIL
+        (milliseconds, under load) while that thread runs on, counted. The calling thread's
+        own group is stamped after it: that thread counts nothing until then."""
         self._check_open()
+        stamp = time.time_ns()
         kernel.ioctl(self.leader, kernel.IOC_ENABLE)
         if self.dense_leader is not None:
             kernel.ioctl(self.dense_leader, kernel.IOC_ENABLE)
-        return time.time_ns()
+        return time.time_ns() if self.tid == threading.get_native_id() else stamp
 
     def disable(self) -> int:
         """Stop counting; when."""

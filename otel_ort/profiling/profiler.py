@@ -497,6 +497,7 @@ class Profiler:
             problems.append(f"attributing perf counts failed: {exc!r}")
             report_failure("could not attribute perf counts")
             return []
+        profile.start_ns += counts.late_ns  # the spans and the kept file start there too
         if span.is_recording():
             span.set_attributes(run_attributes(counts, unavailable))
         pid = next((e["pid"] for e in profile.events if isinstance(e, dict) and "pid" in e), 0)
