@@ -13,7 +13,8 @@ machine's drift hits them alike; a difference is taken per iteration and its med
   served        ``session.run`` through otel-ort in ``profile_mode="serve"``, SDK providers:
                 the run executes on the session's twin, through the C API
 Own cost = instrumented - by hand. Targets: own cost <= 5 us; noop - bare <= 2 us. Serve
-mode's extra = (served - by hand) - own cost: what running on the twin adds. Then runs per
+mode's extra = (served - by hand) - own cost: what running on the twin adds (its calls are
+timed in blocks, so that the twin and ORT's session each run warm). Then runs per
 second with ``--threads`` threads calling the instrumented session at once, on ORT's session
 (twin mode) and on the twin (serve mode). The session is made while instrumented, so that a
 twin can copy its options.
@@ -45,14 +46,22 @@ from otel_ort.feeds import describe_feeds
 from otel_ort.metrics import run_duration_histogram
 from otel_ort.session_facts import facts_for
 
+SERVE_BLOCK = 8
+"""Serve mode's calls run in blocks of this many (see ``paired``)."""
+
 
 class NullExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         return SpanExportResult.SUCCESS
 
 
-def paired(calls: dict[str, Callable[[], object]], iterations: int) -> dict[str, list[int]]:
-    """Time each call once per iteration, rotating the order; ns per call, per name."""
+def paired(
+    calls: dict[str, Callable[[], object]], iterations: int, block: int = 1
+) -> dict[str, list[int]]:
+    """Time each call once per iteration, rotating the order; ns per call, per name. With
+    ``block`` > 1, each call runs ``block`` times in a row and the first is not kept: calls on
+    two sessions (serve mode: ORT's and the twin) then find their own weights in the caches,
+    as when every run goes to one of them, rather than the other's."""
     clock = time.perf_counter_ns
     names = list(calls)
     samples: dict[str, list[int]] = {name: [] for name in names}
@@ -60,9 +69,11 @@ def paired(calls: dict[str, Callable[[], object]], iterations: int) -> dict[str,
         for k in range(len(names)):
             name = names[(i + k) % len(names)]
             call = calls[name]
-            t0 = clock()
-            call()
-            samples[name].append(clock() - t0)
+            for repeat in range(block):
+                t0 = clock()
+                call()
+                if repeat or block == 1:
+                    samples[name].append(clock() - t0)
     return samples
 
 
@@ -167,8 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     for done in range(args.rounds):
         for setup, (calls, *_) in setups.items():
             instrument(setup)
+            block = SERVE_BLOCK if setup == "serve" else 1
             paired(calls, 100)  # warm-up after switching
-            for name, values in paired(calls, args.calls).items():
+            for name, values in paired(calls, args.calls // block, block).items():
                 samples.setdefault(f"{setup}/{name}", []).extend(values)
             instrumentor.uninstrument()
         print(f"\rround {done + 1}/{args.rounds}", end="", file=sys.stderr, flush=True)

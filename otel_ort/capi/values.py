@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,7 @@ _SHAPE = ffi.typeof("int64_t[]")
 _SHAPE_REFERENCE = ffi.typeof("int64_t**")
 _DATA = ffi.typeof("void**")
 _VALUE = ffi.typeof("OrtValue**")
+_SHAPE_CACHE_LIMIT = 64
 
 
 def element_name(element: int) -> str:
@@ -75,6 +77,10 @@ class ValueCodec:
         self._memory_info = api.cpu_memory_info
         self._allocator = api.allocator
         self._element_of_dtype: dict[np.dtype[Any], int] = {}
+        self._shapes: dict[tuple[int, ...], Any] = {}
+        """``int64_t[]`` of input shapes seen (ORT copies a shape: one array serves every run)."""
+        self._scratch = threading.local()
+        """Per thread: the out-parameters of a tensor's type, shape and data queries."""
         if api.has("GetTensorElementTypeAndShapeDataReference"):
             self._type_and_shape = self._type_and_shape_by_reference
             self._shape_reference = fn("GetTensorElementTypeAndShapeDataReference")
@@ -93,7 +99,11 @@ class ValueCodec:
         element = self._element_of_dtype.get(array.dtype)
         if element is None:
             element = self._element_of(name, array.dtype)
-        shape = ffi.new(_SHAPE, array.shape or (0,))
+        shape = self._shapes.get(array.shape)
+        if shape is None:
+            shape = ffi.new(_SHAPE, array.shape or (0,))
+            if len(self._shapes) < _SHAPE_CACHE_LIMIT:
+                self._shapes[array.shape] = shape
         keep.append(shape)
         if element == STRING:
             self._check(
@@ -152,10 +162,24 @@ class ValueCodec:
             self._require_cpu(name, value)
         result = np.empty(shape, dtype)
         if result.nbytes:
-            data = ffi.new(_DATA)
+            data = self._out()[3]
             self._check(self._mutable_data(value, data), "GetTensorMutableData")
-            ffi.memmove(ffi.from_buffer(result), data[0], result.nbytes)
+            ffi.memmove(result, data[0], result.nbytes)
         return result
+
+    def _out(self) -> tuple[Any, Any, Any, Any]:
+        """This thread's (element type, shape, rank, data) out-parameters, made once. Only
+        ``tensor`` uses them, and it reads each before anything else can write it."""
+        try:
+            return self._scratch.out  # type: ignore[no-any-return]
+        except AttributeError:
+            out = self._scratch.out = (
+                ffi.new(_INT),
+                ffi.new(_SHAPE_REFERENCE),
+                ffi.new(_SIZE),
+                ffi.new(_DATA),
+            )
+            return out
 
     def _require_cpu(self, name: str, value: Any) -> None:
         info = ffi.new("OrtMemoryInfo**")
@@ -248,9 +272,7 @@ class ValueCodec:
             self._release_value(out[0])
 
     def _type_and_shape_by_reference(self, value: Any) -> tuple[int, list[int]]:
-        element = ffi.new(_INT)
-        shape = ffi.new(_SHAPE_REFERENCE)
-        rank = ffi.new(_SIZE)
+        element, shape, rank, _ = self._out()
         self._check(
             self._shape_reference(value, element, shape, rank),
             "GetTensorElementTypeAndShapeDataReference",

@@ -206,7 +206,8 @@ class Profiler:
         another thread), no ready twin (the first such run asks for one), a profiled run in
         progress on the twin (its pool's counts must be its own), or the twin's failure."""
         twin: Twin | None = session.__dict__.get(_TWIN_KEY)
-        if twin is not None and twin.state != "closed" and twin.matches(self, session):
+        current = twin is not None and twin.state != "closed" and twin.matches(self, session)
+        if twin is not None and current:
             pool = twin.pool  # first what needs no look at the call: most unserved runs
             if not twin.serves_unprofiled or (pool is not None and pool.lock.locked()):
                 return None  # building, failed, not serving, or counting a profiled run
@@ -214,7 +215,7 @@ class Profiler:
         if isinstance(call, str) or call[2] is not None:
             return None
         output_names, feeds, _ = call
-        if twin is None or twin.state != "ready" or not twin.matches(self, session):
+        if twin is None or not current or twin.state != "ready":
             self._serving_twin(session, feeds, output_names)  # builds one if there is none
             return None
         return self._served(twin, feeds, output_names) if twin.has_required(feeds) else None
@@ -602,15 +603,19 @@ def _twin_call(args: Any, kwargs: Any) -> tuple[Any, dict[str, Any], Any] | str:
     feeds a dict of numpy arrays, output names a list or tuple (or none); else why not. A call
     that does not bind to ``run(output_names, input_feed, run_options=None)`` is ORT's to
     refuse."""
-    bound = dict(zip(_RUN_PARAMETERS, args, strict=False))
-    if len(args) > len(_RUN_PARAMETERS) or any(
-        key not in _RUN_PARAMETERS or key in bound for key in kwargs
-    ):
-        return _MISMATCH
-    bound.update(kwargs)
-    if "output_names" not in bound or "input_feed" not in bound:  # no defaults
-        return _MISMATCH
-    output_names, feeds = bound["output_names"], bound["input_feed"]
+    if len(args) == 2 and not kwargs:  # the usual call: run(output_names, input_feed)
+        (output_names, feeds), run_options = args, None
+    else:
+        bound = dict(zip(_RUN_PARAMETERS, args, strict=False))
+        if len(args) > len(_RUN_PARAMETERS) or any(
+            key not in _RUN_PARAMETERS or key in bound for key in kwargs
+        ):
+            return _MISMATCH
+        bound.update(kwargs)
+        if "output_names" not in bound or "input_feed" not in bound:  # no defaults
+            return _MISMATCH
+        output_names, feeds = bound["output_names"], bound["input_feed"]
+        run_options = bound.get("run_options")
     if type(feeds) is not dict:
         return f"input_feed is a {type(feeds).__name__}, not a dict"
     if output_names is not None and not isinstance(output_names, list | tuple):
@@ -618,7 +623,7 @@ def _twin_call(args: Any, kwargs: Any) -> tuple[Any, dict[str, Any], Any] | str:
     for name, value in feeds.items():
         if type(value) is not np.ndarray:
             return f"input {name!r} is a {type(value).__name__}, not a numpy array"
-    return output_names, feeds, bound.get("run_options")
+    return output_names, feeds, run_options
 
 
 def _left(deadline: float) -> float:
