@@ -76,7 +76,7 @@ class Counter:
         try:
             self.session.run(feeds, profile_prefix=prefix)
         finally:
-            raw = self.counters.end(counting)
+            raw = self.counters.end(counting, caller_runs_nodes=self.session.sequential)
         start = self.session.last_run_started_ns()
         profile = read_profile(next(self.directory.glob(f"run{self.runs}_*.json")), start)
         nodes = profile.runs[0].nodes
@@ -384,6 +384,17 @@ def test_windows_placed_while_the_calling_thread_was_off_a_cpu_move_to_its_retur
     assert late([(150, 2_000), (2_000, 7_000)], window_end=8_000) == 1_000  # no later than that
     assert late([(150, 2_000)], incomplete=frozenset({"switches"})) == 0
     assert late([]) == 0
+
+
+def test_runs_of_the_parallel_executor_are_not_placed_by_the_calling_thread(
+    counter_factory: Any,
+) -> None:
+    """Its nodes may run on inter-op threads while the calling thread waits off a CPU: that
+    thread's switch records then say nothing about when the nodes ran."""
+    counter = counter_factory(matmul_chain(nodes=4), (512, 512), ["task-clock"], execution_mode=1)
+    assert not counter.session.sequential
+    _, _, raw, counts = counter.counted()
+    assert raw.calling_tid is None and counts.late_ns == 0
 
 
 def test_multiplexed_and_never_running_counters_are_scaled_or_absent() -> None:

@@ -99,6 +99,8 @@ class CSession:
             for index, name in enumerate(self.output_names)
         }
         self._all_outputs = self._c_name_array(self.output_names)
+        self.sequential = config.execution_mode == 0
+        """Nodes run one at a time, each entered on the thread that called ``run``."""
 
     def __enter__(self) -> CSession:
         return self

@@ -191,7 +191,8 @@ class RawRun:
     shares: tuple[Share, ...]
     problems: tuple[str, ...]
     calling_tid: int | None = None
-    """The thread that called ORT's run (it ran the first node)."""
+    """The thread that called ORT's run, when it entered each node (not with the parallel
+    executor, whose nodes run on its inter-op threads)."""
 
     def settle(self) -> Settled:
         """Its threads' reads and ring bytes (taken now if nobody has yet)."""
@@ -348,8 +349,10 @@ class PerfCounters:
             pool.lock.release()
             raise
 
-    def end(self, counting: Counting) -> RawRun:
-        """Stop counting; what the worker needs. Releases the pool."""
+    def end(self, counting: Counting, *, caller_runs_nodes: bool = True) -> RawRun:
+        """Stop counting; what the worker needs. Releases the pool. ``caller_runs_nodes``:
+        the calling thread entered each node (sequential execution), so its switch records
+        can place the run in time (``late_start``)."""
         own, pooled = counting.own, counting.pooled
         try:
             try:
@@ -358,7 +361,8 @@ class PerfCounters:
                 pooled.pool.stop(pooled)
         finally:
             pooled.pool.lock.release()
-        return RawRun((own, pooled), tuple(pooled.pool.problems), threading.get_native_id())
+        calling = threading.get_native_id() if caller_runs_nodes else None
+        return RawRun((own, pooled), tuple(pooled.pool.problems), calling)
 
     # -- groups ---------------------------------------------------------------------------
 

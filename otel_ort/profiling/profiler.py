@@ -251,7 +251,7 @@ class Profiler:
                     feeds, output_names or None, profile_prefix=files.prefix, **arguments
                 )
             finally:
-                counters = self._end_counting(counting)
+                counters = self._end_counting(counting, twin)
         except BaseException as exc:  # ORT's error on the twin: ORT's own run will say it again
             self.worker.release()
             self._discard(files)
@@ -273,12 +273,15 @@ class Profiler:
         except Exception as exc:  # perf never makes a run fail
             return f"perf counting could not start: {exc!r}"
 
-    def _end_counting(self, counting: Counting | str | None) -> RawRun | str | None:
+    def _end_counting(self, counting: Counting | str | None, twin: Twin) -> RawRun | str | None:
         if not isinstance(counting, Counting):
             return counting
         assert self.perf is not None
+        csession = twin.session
         try:
-            return self.perf.end(counting)
+            return self.perf.end(
+                counting, caller_runs_nodes=csession is not None and csession.sequential
+            )
         except Exception as exc:
             return f"perf counting could not be read: {exc!r}"
 
