@@ -159,7 +159,7 @@ def counted(counters: PerfCounters, pool: Pool, run: Callable[[], object]) -> Ra
     try:
         run()
     finally:
-        raw = counters.end(counting)
+        raw = counters.end(counting, caller_runs_nodes=True)  # sequential sessions
     return raw
 
 

@@ -24,6 +24,7 @@ import os
 import threading
 import time
 import urllib.parse
+import weakref
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -232,24 +233,38 @@ class RequestSpanProcessor(BatchSpanProcessor):
         super().__init__(exporter)
         self._drops = drops
         self._adding = threading.Lock()
+        reference = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _fresh_adding_lock(reference))
 
     def on_end(self, span: ReadableSpan) -> None:
-        """Queue ``span``, or count it dropped: a full queue drops the new span, not the oldest.
+        """Queue ``span``, or count it dropped: a full queue drops the new span, not the oldest
+        (so the SDK neither warns nor counts it in its own metrics; ``DropCounter`` does).
 
         Spans are added one at a time and the SDK's export thread only takes from the queue,
         so a queue found full stays full until the add: each count is a span really dropped.
+        (A shutdown between the check and the add drops a span uncounted: the SDK's flag is
+        set without a lock.)
         """
         if span.context is None or not span.context.trace_flags.sampled:
             return
         batch = self._batch_processor
         with self._adding:
             if batch._shutdown:
-                self._drops.add("requests", "already_shutdown", 1, "the pipeline was shut down")
+                reason, why = "already_shutdown", "the pipeline was shut down"
             elif len(batch._queue) >= batch._max_queue_size:
+                reason = "queue_full"
                 why = "the export queue was full (raise OTEL_BSP_MAX_QUEUE_SIZE)"
-                self._drops.add("requests", "queue_full", 1, why)
             else:
                 super().on_end(span)
+                return
+        self._drops.add("requests", reason, 1, why)  # not under the lock: it may log
+
+
+def _fresh_adding_lock(reference: weakref.ref[RequestSpanProcessor]) -> None:
+    """In a forked child: a lock a parent's thread held at the fork would stay held."""
+    processor = reference()
+    if processor is not None:
+        processor._adding = threading.Lock()
 
 
 class ProfileSpanProcessor(BatchSpanProcessor):

@@ -349,7 +349,7 @@ class PerfCounters:
             pool.lock.release()
             raise
 
-    def end(self, counting: Counting, *, caller_runs_nodes: bool = True) -> RawRun:
+    def end(self, counting: Counting, *, caller_runs_nodes: bool) -> RawRun:
         """Stop counting; what the worker needs. Releases the pool. ``caller_runs_nodes``:
         the calling thread entered each node (sequential execution), so its switch records
         can place the run in time (``late_start``)."""
