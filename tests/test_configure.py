@@ -142,11 +142,15 @@ def test_a_closed_endpoint_drops_are_counted_and_logged(
     assert all(semconv.METRIC_SPANS_DROPPED in line for line in logged)
 
 
-class _HeldExporter(SpanExporter):
-    """Exports nothing until released, as a collector that stopped reading would."""
+class _CountingExporter(SpanExporter):
+    """Counts what it exports; ``held``: only once released, as a collector that stopped
+    reading would (else at once, so the SDK's export thread takes from the queue while spans
+    end)."""
 
-    def __init__(self) -> None:
+    def __init__(self, held: bool) -> None:
         self.release = threading.Event()
+        if not held:
+            self.release.set()
         self.exported = 0
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -155,13 +159,18 @@ class _HeldExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-def test_a_full_request_queue_counts_every_dropped_span(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "8")
-    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4")
-    exporter = _HeldExporter()
+def _request_pipeline(exporter: SpanExporter) -> tuple[TracerProvider, DropCounter]:
     drops = DropCounter()
     provider = TracerProvider()
     provider.add_span_processor(RequestSpanProcessor(exporter, drops))
+    return provider, drops
+
+
+def test_a_full_request_queue_counts_every_dropped_span(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "8")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4")
+    exporter = _CountingExporter(held=True)
+    provider, drops = _request_pipeline(exporter)
     tracer = provider.get_tracer("test")
     for _ in range(40):
         tracer.start_span("request").end()
@@ -220,27 +229,14 @@ def test_an_existing_sdk_set_up_is_not_overridden(monkeypatch: pytest.MonkeyPatc
         configure()
 
 
-class _CountingExporter(SpanExporter):
-    """Exports at once, so the SDK's export thread takes from the queue while spans end."""
-
-    def __init__(self) -> None:
-        self.exported = 0
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        self.exported += len(spans)
-        return SpanExportResult.SUCCESS
-
-
 def test_drops_are_counted_exactly_while_the_export_thread_takes_batches(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "8")
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "2")
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "1")
-    exporter = _CountingExporter()
-    drops = DropCounter()
-    provider = TracerProvider()
-    provider.add_span_processor(RequestSpanProcessor(exporter, drops))
+    exporter = _CountingExporter(held=False)
+    provider, drops = _request_pipeline(exporter)
     tracer = provider.get_tracer("test")
     threads, spans = 4, 3000
 
