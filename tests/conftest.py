@@ -32,6 +32,14 @@ def file_spans(path: Path) -> list[dict[str, Any]]:
     ]
 
 
+def run_threads(threads: list[threading.Thread]) -> None:
+    """Start every thread, then wait for all of them."""
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def attrs(span: ReadableSpan) -> dict[str, Any]:
     """A finished span's attributes as a plain dict."""
     return dict(span.attributes or {})

@@ -18,7 +18,7 @@ from otel_ort.capi.library import ffi, first_api_version
 from otel_ort.capi.values import ValueCodec
 from otel_ort.demo_model import mlp_model
 from tests import capi_models
-from tests.conftest import held_runs
+from tests.conftest import held_runs, run_threads
 
 RNG = np.random.default_rng(7)
 
@@ -510,10 +510,7 @@ def test_concurrent_runs(mlp: bytes, mlp_session: CSession) -> None:
             failures.append(exc)
 
     workers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    run_threads(workers)
     assert not failures
 
 

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from otel_ort import configure, flush_profiles, semconv
 from otel_ort.demo_model import mlp_model
 from otel_ort.pipeline import DropCounter, RequestSpanProcessor
-from tests.conftest import instrumentation
+from tests.conftest import instrumentation, run_threads
 from tests.otlp_receiver import OtlpReceiver, free_port
 from tests.test_otlp_export import attributes_of
 
@@ -245,10 +245,7 @@ def test_drops_are_counted_exactly_while_the_export_thread_takes_batches(
             tracer.start_span("request").end()
 
     workers = [threading.Thread(target=end_spans) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    run_threads(workers)
     provider.shutdown()
     dropped = drops.counts()["requests.queue_full"]
     assert dropped > 0

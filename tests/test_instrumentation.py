@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from otel_ort import OrtInstrumentor, semconv, session_facts
 from otel_ort.failures import failure_counts
-from tests.conftest import Telemetry, attrs, instrumentation
+from tests.conftest import Telemetry, attrs, instrumentation, run_threads
 from tests.models import numeric_types_model, string_model
 
 X = np.arange(4 * 32, dtype=np.float32).reshape(4, 32) / 100
@@ -552,10 +552,7 @@ def test_concurrent_first_runs_agree_on_the_session(telemetry: Telemetry, mlp_pa
 
         with instrumentation(**telemetry.providers):
             threads = [threading.Thread(target=first_run) for _ in range(8)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            run_threads(threads)
         ids = {attrs(span)[semconv.SESSION_ID] for span in telemetry.spans(semconv.SPAN_RUN)}
         assert len(ids) == 1
         telemetry.exporter.clear()

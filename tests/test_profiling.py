@@ -25,7 +25,7 @@ from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
 from otel_ort.capi import CSession, SessionConfig
 from otel_ort.profiling.store import ProfileDirError
 from otel_ort.sampling import Always, EveryNth, Never, Ratio
-from tests.conftest import Telemetry, attrs, instrumentation
+from tests.conftest import Telemetry, attrs, instrumentation, run_threads
 from tests.models import string_model, typed_cases
 
 CPU = ["CPUExecutionProvider"]
@@ -165,10 +165,7 @@ def test_three_threads_two_profiled_two_files_two_trees(
         threading.Thread(target=work, args=(name, profiled))
         for name, profiled in (("t1", True), ("t2", False), ("t3", True))
     ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_threads(threads)
     assert flush_profiles(timeout=60)
 
     files = profile_files(profile_dir)

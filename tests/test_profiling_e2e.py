@@ -20,7 +20,7 @@ import pytest
 from otel_ort import flush_profiles, profile_next_run, semconv
 from otel_ort.demo_model import mlp_model
 from otel_ort.sampling import Ratio
-from tests.conftest import Telemetry, attrs, file_spans, instrumentation
+from tests.conftest import Telemetry, attrs, file_spans, instrumentation, run_threads
 from tests.test_profiling import ready
 
 pytestmark = pytest.mark.e2e
@@ -62,10 +62,7 @@ def test_eight_threads_ten_percent_for_thirty_seconds(
                     return
 
         threads = [threading.Thread(target=hammer, args=(n,)) for n in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        run_threads(threads)
         assert flush_profiles(timeout=300)
 
     assert not failures

@@ -17,7 +17,7 @@ import pytest
 
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
 from otel_ort.sampling import Ratio
-from tests.conftest import Telemetry, attrs, held_runs, instrumentation
+from tests.conftest import Telemetry, attrs, held_runs, instrumentation, run_threads
 from tests.models import (
     float_and_bfloat16_model,
     typed_cases,
@@ -209,10 +209,7 @@ def test_threads_share_the_twin_and_profiled_runs_get_their_perf_counts(
                 failures.append(exc)
 
         threads = [threading.Thread(target=hammer) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        run_threads(threads)
         assert flush_profiles(timeout=60)
     assert not failures
     assert session_runs.runs < 100  # only those during a counted profiled run (next test)
