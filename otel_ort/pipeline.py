@@ -336,9 +336,10 @@ def configure(
     ``endpoint`` is the base URL (``http://host:4318``): ``/v1/traces`` and ``/v1/metrics``
     are added. ``headers`` is a mapping or ``key=value,...`` (values percent-decoded, keys
     lower-cased). ``metrics_export=False`` (or ``OTEL_METRICS_EXPORTER=none``) keeps metrics in
-    the process (for backends that take traces only); ``metric_readers`` are added to the
-    meter provider (a Prometheus reader, an in-memory one). Under ``opentelemetry-instrument``
-    this is not needed (and refused).
+    the process (for backends that take traces only), ``OTEL_TRACES_EXPORTER=none`` exports
+    no spans; another exporter than ``otlp`` in either variable is refused. ``metric_readers`` are
+    added to the meter provider (a Prometheus reader, an in-memory one). Under
+    ``opentelemetry-instrument`` this is not needed (and refused).
     """
     chosen = _protocol(protocol)
     if profile_queue_size < 1:
@@ -350,13 +351,14 @@ def configure(
             "opentelemetry-instrument or your code); remove the configure() call and let "
             "that set-up export, or call configure(set_global=False) for a separate pipeline"
         )
+    traces_export = _exports("OTEL_TRACES_EXPORTER")
     if metrics_export is None:
-        metrics_export = os.environ.get("OTEL_METRICS_EXPORTER", "").strip() != "none"
+        metrics_export = _exports("OTEL_METRICS_EXPORTER")
     resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
     target = Endpoint(_target(chosen, endpoint))
     drops = DropCounter()
     tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-    for stream in ("requests", "profiles"):
+    for stream in ("requests", "profiles") if traces_export else ():
         inner = _otlp_exporter("traces", chosen, endpoint, header_dict, insecure)
         exporter = CountingSpanExporter(cast(SpanExporter, inner), target, drops, stream)
         tracer_provider.add_span_processor(
@@ -426,6 +428,21 @@ def _protocol(given: str | None) -> Protocol:
     raise ValueError(
         f"OTLP protocol {value!r} is not supported: use one of {', '.join(PROTOCOLS)} "
         "(protocol= or OTEL_EXPORTER_OTLP_PROTOCOL)"
+    )
+
+
+def _exports(variable: str) -> bool:
+    """Whether ``variable`` (``OTEL_TRACES_EXPORTER``, ``OTEL_METRICS_EXPORTER``) lets
+    ``configure()`` export its signal: ``otlp`` or unset yes, ``none`` no, else an error."""
+    value = os.environ.get(variable, "").strip()
+    if value.lower() in ("", "otlp"):
+        return True
+    if value.lower() == "none":
+        return False
+    raise ValueError(
+        f"{variable}={value!r}: otel_ort.configure() exports over OTLP only; set it to otlp "
+        "or none, or leave configure() out and run under opentelemetry-instrument, which "
+        "sets up any exporter"
     )
 
 

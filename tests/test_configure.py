@@ -222,6 +222,28 @@ def test_bad_arguments_are_named(kwargs: dict[str, object], message: str) -> Non
         configure(set_global=False, **kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("variable", ["OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER"])
+def test_an_exporter_other_than_otlp_is_refused(
+    variable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(variable, "console")
+    with pytest.raises(ValueError, match=rf"{variable}='console': .* OTLP only; set it to otlp"):
+        configure(set_global=False)
+
+
+def test_traces_exporter_none_exports_metrics_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "OTLP")
+    with OtlpReceiver() as receiver:
+        telemetry = configure(endpoint=receiver.grpc_endpoint, set_global=False)
+        with telemetry.tracer_provider.get_tracer("test").start_as_current_span("kept"):
+            pass
+        telemetry.meter_provider.get_meter("test").create_counter("exported").add(1)
+        telemetry.shutdown()
+        assert "exported" in receiver.metric_names()
+        assert receiver.spans() == []  # shutdown flushed: none was sent
+
+
 def test_an_existing_sdk_set_up_is_not_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
     existing = TracerProvider()
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: existing)
