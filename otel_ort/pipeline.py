@@ -337,9 +337,10 @@ def configure(
     are added. ``headers`` is a mapping or ``key=value,...`` (values percent-decoded, keys
     lower-cased). ``metrics_export=False`` (or ``OTEL_METRICS_EXPORTER=none``) keeps metrics in
     the process (for backends that take traces only), ``OTEL_TRACES_EXPORTER=none`` exports
-    no spans; another exporter than ``otlp`` in either variable is refused. ``metric_readers`` are
-    added to the meter provider (a Prometheus reader, an in-memory one). Under
-    ``opentelemetry-instrument`` this is not needed (and refused).
+    no spans; another exporter than ``otlp`` in either variable is refused (a separate
+    pipeline, ``set_global=False``, does not read them). ``metric_readers`` are added to the
+    meter provider (a Prometheus reader, an in-memory one). Under ``opentelemetry-instrument``
+    this is not needed (and refused).
     """
     chosen = _protocol(protocol)
     if profile_queue_size < 1:
@@ -351,9 +352,10 @@ def configure(
             "opentelemetry-instrument or your code); remove the configure() call and let "
             "that set-up export, or call configure(set_global=False) for a separate pipeline"
         )
-    traces_export = _exports("OTEL_TRACES_EXPORTER")
+    # the exporter variables describe the process's pipeline, not a separate one
+    traces_export = _exports("OTEL_TRACES_EXPORTER") if set_global else True
     if metrics_export is None:
-        metrics_export = _exports("OTEL_METRICS_EXPORTER")
+        metrics_export = _exports("OTEL_METRICS_EXPORTER") if set_global else True
     resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
     target = Endpoint(_target(chosen, endpoint))
     drops = DropCounter()
@@ -439,11 +441,17 @@ def _exports(variable: str) -> bool:
         return True
     if value.lower() == "none":
         return False
-    raise ValueError(
-        f"{variable}={value!r}: otel_ort.configure() exports over OTLP only; set it to otlp "
-        "or none, or leave configure() out and run under opentelemetry-instrument, which "
-        "sets up any exporter"
-    )
+    if value.lower() in ("otlp_proto_grpc", "otlp_proto_http"):
+        fix = (
+            "write otlp and choose the protocol with protocol= or OTEL_EXPORTER_OTLP_PROTOCOL "
+            "(grpc, http/protobuf)"
+        )
+    else:
+        fix = (
+            "one value, not a list; for other exporters leave configure() out and run under "
+            "opentelemetry-instrument, which sets up any exporter"
+        )
+    raise ValueError(f"{variable}={value!r}: otel_ort.configure() takes otlp or none: {fix}")
 
 
 def _target(protocol: Protocol, endpoint: str | None) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -222,20 +222,46 @@ def test_bad_arguments_are_named(kwargs: dict[str, object], message: str) -> Non
         configure(set_global=False, **kwargs)  # type: ignore[arg-type]
 
 
+@pytest.fixture
+def no_global_set_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """configure() may build the process's pipeline, but the test process's globals stay."""
+    monkeypatch.setattr(trace, "get_tracer_provider", trace.NoOpTracerProvider)
+    monkeypatch.setattr(trace, "set_tracer_provider", lambda provider: None)
+    monkeypatch.setattr(metrics, "set_meter_provider", lambda provider: None)
+
+
+@pytest.mark.usefixtures("no_global_set_up")
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "console",
+            r"'console': .* takes otlp or none: one value, not a list; for other exporters leave",
+        ),
+        ("otlp,console", r"'otlp,console': .* takes otlp or none: one value, not a list"),
+        (
+            "otlp_proto_http",
+            r"'otlp_proto_http': .* takes otlp or none: write otlp and choose the protocol with",
+        ),
+    ],
+    ids=["console", "list", "otlp_proto_http"],
+)
 @pytest.mark.parametrize("variable", ["OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER"])
 def test_an_exporter_other_than_otlp_is_refused(
-    variable: str, monkeypatch: pytest.MonkeyPatch
+    variable: str, value: str, message: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(variable, "console")
-    with pytest.raises(ValueError, match=rf"{variable}='console': .* OTLP only; set it to otlp"):
-        configure(set_global=False)
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError, match=rf"{variable}={message}"):
+        configure()
+    configure(set_global=False).shutdown()  # a pipeline of its own does not read them
 
 
+@pytest.mark.usefixtures("no_global_set_up")
 def test_traces_exporter_none_exports_metrics_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "OTLP")
     with OtlpReceiver() as receiver:
-        telemetry = configure(endpoint=receiver.grpc_endpoint, set_global=False)
+        telemetry = configure(endpoint=receiver.grpc_endpoint)
         with telemetry.tracer_provider.get_tracer("test").start_as_current_span("kept"):
             pass
         telemetry.meter_provider.get_meter("test").create_counter("exported").add(1)
