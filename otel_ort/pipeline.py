@@ -437,11 +437,12 @@ def _exports(variable: str) -> bool:
     """Whether ``variable`` (``OTEL_TRACES_EXPORTER``, ``OTEL_METRICS_EXPORTER``) lets
     ``configure()`` export its signal: ``otlp`` or unset yes, ``none`` no, else an error."""
     value = os.environ.get(variable, "").strip()
-    if value.lower() in ("", "otlp"):
+    name = value.lower()
+    if name in ("", "otlp"):
         return True
-    if value.lower() == "none":
+    if name == "none":
         return False
-    if value.lower() in ("otlp_proto_grpc", "otlp_proto_http"):
+    if name in ("otlp_proto_grpc", "otlp_proto_http"):
         fix = (
             "write otlp and choose the protocol with protocol= or OTEL_EXPORTER_OTLP_PROTOCOL "
             "(grpc, http/protobuf)"
