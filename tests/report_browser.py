@@ -7,10 +7,10 @@ skipped on a developer's machine and fail in CI (``$CI`` set), where a skip woul
 
 from __future__ import annotations
 
-import base64
 import os
+import re
 import shutil
-import urllib.parse
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -140,24 +140,59 @@ _PARSED_TRACE_JS = """async () => {
 
 def open_in_devtools(browser: Any, path: Path, screenshot: Path) -> dict[str, Any]:
     """Load the Chrome-trace file at ``path`` into Chromium's DevTools Performance panel (the
-    trace viewer that replaced chrome://tracing, which Debian's chromium refuses to open) the
-    way a user's "Load profile" does, and return what its trace engine parsed: the number of
-    events, each thread's name and entries, the ``model_run`` events' args. DevTools is served
-    by a second chromium, launched through ``browser``'s playwright with a debugging port."""
+    trace viewer that replaced chrome://tracing, which Debian's chromium refuses to open)
+    through its "Load trace…" button and file chooser, as a user does, and return what its
+    trace engine parsed: the number of events, each thread's name and entries, the
+    ``model_run`` events' args. DevTools is served by a second chromium, launched through
+    ``browser``'s playwright with a debugging port. (Chromium 156 no longer loads a trace
+    given to ``trace_app.html`` in its URL.)"""
     from tests.otlp_receiver import free_port
 
     port = free_port()
-    data = base64.b64encode(path.read_bytes()).decode()
-    source = urllib.parse.quote(f"data:application/json;base64,{data}", safe="")
     served = browser.browser_type.launch(
         executable_path=require_chromium(), args=[*ARGS, f"--remote-debugging-port={port}"]
     )
     try:
         page = served.new_page(viewport={"width": 1400, "height": 800})
-        page.goto(f"http://127.0.0.1:{port}/devtools/trace_app.html?loadTimelineFromURL={source}")
+        page.goto(f"http://127.0.0.1:{port}/devtools/trace_app.html")
+        load = page.get_by_role("button", name=re.compile(r"^Load (trace|profile)…$"))
+        performance = page.get_by_text("Performance", exact=True).first
+        performance.or_(load).first.wait_for(timeout=RENDER_TIMEOUT_MS)
+        if not load.first.is_visible():  # the panel is a tab, not the page
+            _click_past_dialogs(page, performance)
+        with page.expect_file_chooser(timeout=RENDER_TIMEOUT_MS) as chooser:
+            load.first.click()
+        chooser.value.set_files(path)
         page.get_by_text("Summary", exact=True).wait_for(timeout=RENDER_TIMEOUT_MS)
-        parsed: dict[str, Any] = page.evaluate(_PARSED_TRACE_JS)
+        parsed: dict[str, Any] = _parsed_trace(page)
         screenshot.write_bytes(page.screenshot())
     finally:
         served.close()
     return parsed
+
+
+def _click_past_dialogs(page: Any, target: Any) -> None:
+    """Click ``target``, closing (Escape) whatever dialog covers it: served this way, DevTools
+    says its debugging connection closed, as it has no page to debug."""
+    deadline = time.monotonic() + RENDER_TIMEOUT_MS / 1000
+    while True:
+        try:
+            target.click(timeout=2000)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            page.keyboard.press("Escape")
+
+
+def _parsed_trace(page: Any) -> dict[str, Any]:
+    """``_PARSED_TRACE_JS``'s result once the panel has parsed the loaded file."""
+    deadline = time.monotonic() + RENDER_TIMEOUT_MS / 1000
+    while True:
+        try:
+            parsed: dict[str, Any] = page.evaluate(_PARSED_TRACE_JS)
+            return parsed
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
