@@ -233,6 +233,7 @@ class RequestSpanProcessor(BatchSpanProcessor):
         super().__init__(exporter)
         self._drops = drops
         self._adding = threading.Lock()
+        self._closed = False  # set under ``_adding``, before the SDK's own flag
         reference = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _fresh_adding_lock(reference))
 
@@ -242,14 +243,12 @@ class RequestSpanProcessor(BatchSpanProcessor):
 
         Spans are added one at a time and the SDK's export thread only takes from the queue,
         so a queue found full stays full until the add: each count is a span really dropped.
-        (A shutdown between the check and the add drops a span uncounted: the SDK's flag is
-        set without a lock.)
         """
         if span.context is None or not span.context.trace_flags.sampled:
             return
         batch = self._batch_processor
         with self._adding:
-            if batch._shutdown:
+            if self._closed:
                 reason, why = "already_shutdown", "the pipeline was shut down"
             elif len(batch._queue) >= batch._max_queue_size:
                 reason = "queue_full"
@@ -258,6 +257,13 @@ class RequestSpanProcessor(BatchSpanProcessor):
                 super().on_end(span)
                 return
         self._drops.add("requests", reason, 1, why)  # not under the lock: it may log
+
+    def shutdown(self) -> None:
+        """Stop taking spans, then export those queued. (The SDK sets its flag without a lock:
+        a span added between its check and the add would be lost uncounted.)"""
+        with self._adding:
+            self._closed = True
+        super().shutdown()  # type: ignore[no-untyped-call]
 
 
 def _fresh_adding_lock(reference: weakref.ref[RequestSpanProcessor]) -> None:

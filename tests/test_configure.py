@@ -181,6 +181,36 @@ def test_a_full_request_queue_counts_every_dropped_span(monkeypatch: pytest.Monk
     assert exporter.exported + dropped == 40
 
 
+def test_spans_ending_during_shutdown_are_exported_or_counted() -> None:
+    """Four threads end spans while the pipeline shuts down: none is lost uncounted."""
+    exporter = _CountingExporter(held=False)
+    provider, drops = _request_pipeline(exporter)
+    tracer = provider.get_tracer("test")
+    ended = [0] * 4
+    started = threading.Barrier(len(ended) + 1)
+
+    def end_spans(slot: int) -> None:
+        started.wait()
+        while "requests.already_shutdown" not in drops.counts() and ended[slot] < 1_000_000:
+            tracer.start_span("request").end()
+            ended[slot] += 1
+        for _ in range(100):  # and a few more after the shutdown
+            tracer.start_span("request").end()
+            ended[slot] += 1
+
+    threads = [threading.Thread(target=end_spans, args=(i,)) for i in range(len(ended))]
+    for thread in threads:
+        thread.start()
+    started.wait()
+    time.sleep(0.05)
+    provider.shutdown()
+    for thread in threads:
+        thread.join()
+    counts = drops.counts()  # (a full queue may drop some before the shutdown)
+    assert counts["requests.already_shutdown"] > 0
+    assert exporter.exported + sum(counts.values()) == sum(ended)
+
+
 def test_drops_are_a_metric_by_stream_and_reason() -> None:
     reader = InMemoryMetricReader()
     drops = DropCounter()
