@@ -105,7 +105,7 @@ def _summary(args: argparse.Namespace) -> int:
     except ProfileError as exc:
         print(f"otel-ort summary: {exc}", file=sys.stderr)
         return 1
-    print(summarize(profile, top=args.top))
+    print(summarize([profile], top=args.top))
     return 0
 
 
@@ -139,6 +139,13 @@ def _add_profile_parser(
         "--profile-dir",
         help="where the profile files go (default: ./otel-ort-profiles)",
     )
+    profile.add_argument(
+        "--perf-events",
+        metavar="EVENTS",
+        help="perf events counted per node: comma-separated (e.g. task-clock,cycles), a "
+        "perf_config.json, or off (default: $OTEL_ORT_PERF_EVENTS, else task-clock, "
+        "page-faults, context-switches, and cycles, instructions where there is a PMU)",
+    )
     profile.add_argument("--otlp-endpoint", metavar="URL", help="also send each run as a trace")
     profile.add_argument("--protocol", choices=("grpc", "http/protobuf"), default="grpc")
     profile.add_argument("--service-name", help="service.name of the spans (default: onnxruntime)")
@@ -161,6 +168,7 @@ def _profile(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         otlp_endpoint=args.otlp_endpoint,
         protocol=args.protocol,
         service_name=args.service_name,
+        perf_events=args.perf_events,
     )
     return run_profile(request)
 

@@ -26,7 +26,6 @@ _SHOWN_BY_NAME = {
     },
 }
 _MAX_VALUE = 60
-_TIME_ALIASES = ("task-clock", "cpu-clock")  # counted in ns
 
 
 def render_span_tree(spans: Iterable[ReadableSpan], max_children: int = 8) -> str:
@@ -99,6 +98,6 @@ def _perf_details(attributes: Mapping[str, object]) -> list[str]:
         alias = key.removeprefix(semconv.PERF_PREFIX)
         if alias == key or "." in alias or not isinstance(value, int | float):
             continue
-        text = f"{value / 1e3:.1f}µs" if alias in _TIME_ALIASES else f"{value:g}"
+        text = f"{value / 1e3:.1f}µs" if alias in semconv.PERF_TIME_ALIASES else f"{value:g}"
         details.append(f"{alias}={text}")
     return details

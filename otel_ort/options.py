@@ -136,13 +136,14 @@ def _profiling_options(kwargs: Mapping[str, Any]) -> ProfilingOptions:
         max_bytes=_positive(kwargs, "profile_max_bytes", env.OTEL_ORT_PROFILE_MAX_BYTES)
         or DEFAULT_MAX_BYTES,
         mode=mode,
-        perf=_perf_options(kwargs),
+        perf=perf_options(kwargs),
     )
 
 
-def _perf_options(kwargs: Mapping[str, Any]) -> PerfOptions | None:
+def perf_options(kwargs: Mapping[str, Any]) -> PerfOptions | None:
     """``perf_events`` (or ``$OTEL_ORT_PERF_EVENTS``): off, the defaults, a list or comma-
-    separated string of events, or a perf_config.json path; and ``perf_period_ns``."""
+    separated string of events, or a perf_config.json path; and ``perf_period_ns`` (or
+    ``$OTEL_ORT_PERF_PERIOD_NS``). ``None``: perf is off."""
     value = _setting(kwargs, "perf_events", env.OTEL_ORT_PERF_EVENTS)
     if value is False or (isinstance(value, str) and value.strip().lower() in _PERF_OFF):
         return None

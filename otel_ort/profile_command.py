@@ -5,7 +5,9 @@ on inputs built from its signature: seeded random data unless ``--input`` gives 
 file, unknown dimensions from ``--shape`` or else 1. After ``--warmup`` unprofiled runs, each
 profiled run gets its own file, kept in the instrumentation's published form (``ProfileStore``
 names and retention, ``chrome.enrich``); with ``--otlp-endpoint`` each run is also sent as one
-trace: a run span over a span per node.
+trace: a run span over a span per node. perf counts the session's threads during the profiled
+runs (``--perf-events``, default as the instrumentation's ``perf_events``): per node in the
+tables, the spans and the kept files' counter tracks.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ from opentelemetry.trace import SpanContext, format_span_id, format_trace_id
 
 from otel_ort.capi import CApi, CSession, OrtError, SessionConfig, UnsupportedValue, load_api
 from otel_ort.delivery import SpanDelivery
+from otel_ort.environment_variables import OTEL_ORT_PERF_EVENTS
+from otel_ort.options import PerfOptions, perf_options
+from otel_ort.perf.counting import Counting, PerfCounters, Pool, RawRun
+from otel_ort.perf.events import PerfConfigError
+from otel_ort.perf.report import ProfileCounts, count_profile
 from otel_ort.pipeline import CountingSpanExporter, Endpoint, otlp_span_exporter
 from otel_ort.profiling.chrome import VIEWERS
 from otel_ort.profiling.kept import publish_run, read_run
@@ -81,6 +88,8 @@ class ProfileRequest:
     otlp_endpoint: str | None = None
     protocol: str = "grpc"
     service_name: str | None = None
+    perf_events: str | None = None
+    """As ``instrument(perf_events=...)``; ``None``: ``$OTEL_ORT_PERF_EVENTS`` or the defaults."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,7 @@ def _profile(request: ProfileRequest, out: TextIO, err: TextIO) -> None:
         raise UserError(f"model {request.model!r} not found: pass the path of an .onnx file")
     shapes = {name: _parse_dims(name, text) for name, text in _pairs(request.shapes, "--shape")}
     arrays = {name: _load_array(name, path) for name, path in _pairs(request.inputs, "--input")}
+    perf = _perf_options(request.perf_events)
     api = _run_profiling_api()
     with _open_session(request.model, api) as session:
         feeds, lines = build_feeds(read_inputs(request.model), shapes, arrays)
@@ -137,22 +147,23 @@ def _profile(request: ProfileRequest, out: TextIO, err: TextIO) -> None:
             f"{_plural(request.warmup, 'warm-up run')}, {_plural(request.runs, 'profiled run')}",
             file=out,
         )
-        runs = _run(session, feeds, request, store, err)
-    exporting = _Exporting(request) if request.otlp_endpoint else None
-    try:
-        profiles = [_keep(run, store, request.model, exporting) for run in runs]
-    finally:  # ORT's files of runs not kept (those kept are already gone)
-        for run in runs:
-            remove_files(store.written(run.files))
-    _print_results(profiles, store, request.model, out)
+        with _Counting(perf, session) as counting:
+            runs = _run(session, feeds, request, store, counting, err)
+            exporting = _Exporting(request) if request.otlp_endpoint else None
+            try:
+                profiles = [_keep(run, store, request.model, counting, exporting) for run in runs]
+            finally:  # ORT's files of runs not kept (those kept are already gone)
+                for run in runs:
+                    remove_files(store.written(run.files))
+            _print_results(profiles, store, request.model, counting, out)
     if exporting is not None:
         exporting.close(out)
 
 
 def _print_results(
-    profiles: Sequence[Profile], store: ProfileStore, model: str, out: TextIO
+    profiles: Sequence[Profile], store: ProfileStore, model: str, counting: _Counting, out: TextIO
 ) -> None:
-    """The kept files, one line per run, then the tables over all runs."""
+    """The kept files, one line per run, what perf counted, then the tables over all runs."""
     print(f"\nProfile files, one per run ({VIEWERS}):", file=out)
     for number, profile in enumerate(profiles, start=1):
         print(f"  run {number:<3} {profile.runs[0].dur / 1000:8.3f} ms  {profile.path}", file=out)
@@ -162,7 +173,8 @@ def _print_results(
             f"{store.max_files}, {store.max_bytes // 2**20} MiB at most)",
             file=out,
         )
-    print(f"\n{summarize(_merged(model, profiles))}", file=out)
+    print(f"\n{counting.describe()}", file=out)
+    print(f"\n{summarize(profiles, title=model)}", file=out)
 
 
 def _pairs(texts: Sequence[str], option: str) -> list[tuple[str, str]]:
@@ -197,6 +209,16 @@ def _load_array(name: str, path: str) -> Any:
         raise UserError(
             f"--input {name}={path}: cannot read a .npy array from it ({exc})"
         ) from None
+
+
+def _perf_options(events: str | None) -> PerfOptions | None:
+    try:
+        return perf_options({"perf_events": events})
+    except PerfConfigError as exc:
+        source = "--perf-events" if events is not None else f"${OTEL_ORT_PERF_EVENTS}"
+        raise UserError(f"{source}: {exc}") from None
+    except ValueError as exc:  # it names the variable
+        raise UserError(str(exc)) from None
 
 
 def _open_store(directory: str) -> ProfileStore:
@@ -339,6 +361,62 @@ def _random(rng: np.random.Generator, dtype: np.dtype[Any], dims: tuple[int, ...
 class _ProfiledRun:
     files: RunFiles
     start_ns: int
+    counted: RawRun | str | None
+    """What perf counted, why nothing (or ``None``: perf is off)."""
+
+
+class _Counting:
+    """perf counting of the session's threads (the calling thread and ORT's intra-op pool)
+    during each profiled run; off, or saying why not, where perf cannot count."""
+
+    def __init__(self, options: PerfOptions | None, session: CSession) -> None:
+        self._caller_runs_nodes = session.sequential
+        self._perf: PerfCounters | None = None
+        self._pool: Pool | None = None
+        if options is not None:
+            self._perf = PerfCounters(options.events, options.period_ns, options.explicit)
+            if self._perf.prepare():  # the pool's threads stay on: they run profiled runs only
+                self._pool = self._perf.pool(session.thread_ids, stays_on=True)
+
+    def __enter__(self) -> _Counting:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._pool is not None:
+            self._pool.close()
+        if self._perf is not None:
+            self._perf.close()
+
+    def begin(self) -> Counting | str | None:
+        if self._perf is None:
+            return None
+        if self._pool is None:
+            return self._perf.unavailable
+        return self._perf.begin(self._pool)
+
+    def end(self, started: Counting | str | None) -> RawRun | str | None:
+        if not isinstance(started, Counting):
+            return started
+        assert self._perf is not None  # it began the counting
+        return self._perf.end(started, caller_runs_nodes=self._caller_runs_nodes)
+
+    def count(self, profile: Profile, counted: RawRun | str | None) -> ProfileCounts | None:
+        """The run's counts per node, added to ``profile``'s events as counter tracks."""
+        if self._perf is None or not isinstance(counted, RawRun) or not profile.runs:
+            return None
+        return count_profile(self._perf, profile, counted)
+
+    def describe(self) -> str:
+        """What perf counted, and each event it could not count with the reason."""
+        if self._perf is None:
+            return "perf counters: off (--perf-events off, or OTEL_ORT_PERF_EVENTS=off)"
+        if self._pool is None:
+            return f"perf counters: none ({self._perf.unavailable})"
+        counted = ", ".join(self._perf.counted_aliases)
+        lines = [f"perf counters: {counted or 'none'} (per node in the tables below)"]
+        lines += [f"  not counted: {line}" for line in self._perf.unavailable_events]
+        lines += [f"  {line}" for line in self._pool.problems]
+        return "\n".join(lines)
 
 
 def _run(
@@ -346,9 +424,10 @@ def _run(
     feeds: dict[str, Any],
     request: ProfileRequest,
     store: ProfileStore,
+    counting: _Counting,
     err: TextIO,
 ) -> list[_ProfiledRun]:
-    """The warm-up runs, then the profiled runs (each with its own file prefix)."""
+    """The warm-up runs, then the profiled runs (each with its own file prefix, counted)."""
     runs: list[_ProfiledRun] = []
     progress = _Progress(request.runs, err)
     try:
@@ -356,8 +435,13 @@ def _run(
             session.run(feeds)
         for done in range(1, request.runs + 1):
             files = store.new_run()
-            runs.append(_ProfiledRun(files, time.time_ns()))
-            session.run(feeds, profile_prefix=files.prefix)
+            start_ns = time.time_ns()
+            started = counting.begin()
+            try:
+                session.run(feeds, profile_prefix=files.prefix)
+            finally:
+                counted = counting.end(started)
+                runs.append(_ProfiledRun(files, start_ns, counted))
             progress.update(done)
     except (OrtError, UnsupportedValue) as exc:
         for run in runs:
@@ -403,9 +487,11 @@ class _Exporting:
         self.delivery = SpanDelivery(self.provider)
         self.traces = self.dropped = 0
 
-    def send(self, profile: Profile) -> SpanContext:
-        """Queue the span tree of the profile's run; the run span's context."""
-        spans = self.builder.run_tree(profile, profile.runs[0])
+    def send(self, profile: Profile, counts: ProfileCounts | None) -> SpanContext:
+        """Queue the span tree of the profile's run (with its perf counts); the run span's
+        context."""
+        run, nodes = (counts.run, counts.nodes) if counts is not None else (None, ())
+        spans = self.builder.run_tree(profile, profile.runs[0], run_extra=run, node_extra=nodes)
         self.dropped += self.delivery.deliver(spans)
         self.traces += 1
         context = spans[-1].get_span_context()
@@ -429,37 +515,31 @@ class _Exporting:
 
 
 def _keep(
-    run: _ProfiledRun, store: ProfileStore, model: str, exporting: _Exporting | None
+    run: _ProfiledRun,
+    store: ProfileStore,
+    model: str,
+    counting: _Counting,
+    exporting: _Exporting | None,
 ) -> Profile:
-    """Read ORT's file of ``run``, send its spans, publish the enriched file, drop ORT's."""
+    """Read ORT's file of ``run``, count its nodes, send its spans, publish the enriched file,
+    drop ORT's."""
     try:
         profile = read_run(store, run.files, run.start_ns)
     except ProfileError as exc:
         raise UserError(f"ONNX Runtime's profile cannot be read: {exc}") from None
     profile = dataclasses.replace(profile, path=run.files.path)
+    counts = counting.count(profile, run.counted)
     other_data: dict[str, Any] = {
         "model": os.path.abspath(model),
         "otel_ort_version": __version__,
     }
     if exporting is not None:
-        context = exporting.send(profile)
+        context = exporting.send(profile, counts)
         other_data["trace_id"] = format_trace_id(context.trace_id)
         other_data["span_id"] = format_span_id(context.span_id)
     thread = (threading.get_native_id(), threading.current_thread().name)
     publish_run(store, run.files, profile, other_data, thread)
     return profile
-
-
-def _merged(model: str, profiles: Sequence[Profile]) -> Profile:
-    """One profile holding the runs of all ``profiles``, for tables over all runs."""
-    return Profile(
-        path=model,
-        runs=[run for profile in profiles for run in profile.runs],
-        start_ns=profiles[0].start_ns,
-        start_source="caller",
-        event_count=sum(profile.event_count for profile in profiles),
-        truncated=any(profile.truncated for profile in profiles),
-    )
 
 
 def _dims_text(dims: Sequence[object]) -> str:

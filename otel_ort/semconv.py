@@ -107,6 +107,8 @@ EXPORT_STREAM: Final = "otel_ort.stream"
 # perf counters (``<alias>`` is the event's alias: ``perf.task-clock``, ``perf.cyc``)
 PERF_PREFIX: Final = "perf."
 """Node span: the node's count; run span: the run's exact total (task-clock in ns)."""
+PERF_TIME_ALIASES: Final = ("task-clock", "cpu-clock")
+"""Aliases of the software events counted in ns (shown as times)."""
 PERF_BETWEEN_PREFIX: Final = "perf.between_nodes."
 """Run span: counted inside the run but outside every node's window."""
 PERF_UNATTRIBUTED_PREFIX: Final = "perf.unattributed."

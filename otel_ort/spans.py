@@ -60,12 +60,15 @@ class SpanBuilder:
         profile: Profile,
         run: RunRecord,
         parent: SpanContext | None = None,
+        run_extra: Mapping[str, AttributeValue] | None = None,
+        node_extra: Sequence[Mapping[str, AttributeValue]] = (),
     ) -> list[ReadableSpan]:
         """A run span (child of ``parent``, else the root of a new trace) and its subtree;
-        children first, the run span last."""
+        children first, the run span last. ``run_extra``, ``node_extra``: more attributes
+        for the run span and per node (as in :meth:`node_spans`), such as perf counts."""
         trace_id = parent.trace_id if parent is not None else self._ids.generate_trace_id()
         run_context = SpanContext(trace_id, self._ids.generate_span_id(), False, _SAMPLED)
-        spans, summary = self.node_spans(profile, run, run_context)
+        spans, summary = self.node_spans(profile, run, run_context, node_extra)
         base = profile.start_ns
         start = min([base + int(run.ts * 1000)] + [span.start_time or 0 for span in spans])
         end = max([base + int(run.end * 1000)] + [span.end_time or 0 for span in spans])
@@ -75,6 +78,7 @@ class SpanBuilder:
             semconv.PROFILE_START_SOURCE: profile.start_source,
             semconv.RUN_INDEX: run.index,
             **summary,
+            **(run_extra or {}),
         }
         if profile.truncated:
             run_attributes[semconv.PROFILE_TRUNCATED] = True

@@ -24,8 +24,9 @@ def format_table(rows: Sequence[Sequence[str]]) -> str:
 
 
 def _is_number(text: str) -> bool:
+    """Numbers (``1,234`` too) and ``-`` (no value) right-align."""
     try:
-        float(text)
+        float(text.replace(",", ""))
     except ValueError:
-        return False
+        return text == "-"
     return True

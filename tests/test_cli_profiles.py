@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ from otel_ort import semconv
 from otel_ort.cli import main
 from tests.conftest import file_spans
 from tests.otlp_receiver import OtlpReceiver
-from tests.profiles import session_level_profile
+from tests.profiles import model_run, node_event, session_level_profile
+from tests.test_report import kept_file
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +78,25 @@ def test_summary_of_a_bad_file_is_one_clear_line(
     err = capsys.readouterr().err
     assert err.strip().startswith(f"otel-ort summary: {path}: is not JSON")
     assert "Traceback" not in err
+
+
+def test_summary_of_a_kept_file_has_its_perf_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    events = [model_run(0, 500)]
+    counts = []
+    for at, op in enumerate(("MatMul", "Add", "MatMul", "MatMul")):
+        events.append(node_event(f"n{at}", op, 10 + 100 * at, 100, tid=7))
+        counts.append({"task-clock": 1e4 * (at + 1), "cycles": 1e3 * (at + 1), "instructions": 3e3})
+    counts[2]["cycles"] = math.nan  # not counted: left out of the total and of the IPC
+    path = kept_file(tmp_path / "perf.json", events, {7: "MainThread (run)"}, counts)
+    assert main(["summary", str(path), "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    per_op, top = out.split("perf counters per op type (totals over all runs)")[1].split(
+        "perf counters, top 2 nodes by task-clock"
+    )
+    assert "| op type | count | task-clock ms | cycles | instructions |  IPC |" in per_op
+    assert "| MatMul  |     3 |         0.080 |  5,000 |        9,000 | 1.20 |" in per_op
+    assert "| Add     |     1 |         0.020 |  2,000 |        3,000 | 1.50 |" in per_op
+    rows = [line.split("|")[1].strip() for line in top.strip().splitlines()[2:]]
+    assert rows == ["n3", "n2"]  # the most task-clock first

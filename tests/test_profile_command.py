@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,11 @@ from onnx import TensorProto, helper, numpy_helper
 from otel_ort import semconv
 from otel_ort.cli import main
 from otel_ort.demo_model import mlp_model
+from otel_ort.perf.tracks import counters
 from otel_ort.profile_command import InputSpec, build_feeds
 from otel_ort.profiling import read_profile
 from tests.otlp_receiver import OtlpReceiver
+from tests.test_otlp_export import attributes_of
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +70,13 @@ def test_default_run_prints_tables_and_keeps_one_file_per_run(
     assert f"{mlp}: 10 run(s), 20 node executions" in out
     assert "Per op type" in out and "| FusedGemm |    20 |" in out
     assert "profiled 10/10 runs" in captured.err  # not a terminal: progress as lines
+    # perf's default events: the software ones count here; cycles without a PMU say why not
+    counted = next(line for line in out.splitlines() if line.startswith("perf counters: "))
+    assert counted.startswith("perf counters: task-clock, ")
+    assert "page-faults" in counted and "context-switches" in counted
+    assert "cycles" in counted or "  not counted: cycles: " in out
+    assert "perf counters per op type (totals over all runs)" in out
+    assert "perf counters, top 15 nodes by task-clock" in out
 
     directory = tmp_path / "otel-ort-profiles"
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
@@ -82,6 +92,24 @@ def test_default_run_prints_tables_and_keeps_one_file_per_run(
         profile = read_profile(path)
         assert profile.start_source == "file"
         assert len(profile.runs) == 1 and len(profile.runs[0].nodes) == 2
+        tracks = counters(profile.events)
+        assert "task-clock" in tracks.aliases
+        for node in profile.runs[0].nodes:  # CPU time on every CPU, ORT's pool spinning too
+            cpu_ns = (tracks.of(node.ts, node.end) or {})["task-clock"]
+            assert 0 < cpu_ns <= (os.cpu_count() or 1) * (node.dur * 1000 + 50_000)
+
+
+def test_perf_off_counts_nothing(
+    mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / "p"
+    arguments = ["--runs", "2", "--perf-events", "off", "--profile-dir", str(directory)]
+    assert main(["profile", str(mlp), *arguments]) == 0
+    out = capsys.readouterr().out
+    assert "perf counters: off (--perf-events off, or OTEL_ORT_PERF_EVENTS=off)" in out
+    assert "perf counters per op type" not in out
+    for path in kept_files(directory):
+        assert counters(read_profile(path).events).aliases == []
 
 
 def test_shape_sets_symbolic_dims(
@@ -153,6 +181,8 @@ def wrong_inputs(tmp_path: Path) -> Path:
         (["--input", "x=DIR/wide.npy"], "the array is float32[2,9], but input 'x' expects "
                                         "float32[batch,8]: save an array of that shape"),
         (["--input", "x=DIR/none.npy"], "--input x=DIR/none.npy: cannot read a .npy array"),
+        (["--perf-events", "DIR/none.json"], "--perf-events: cannot read perf event file "
+                                             "'DIR/none.json'"),
     ],
 )  # fmt: skip
 def test_bad_inputs_are_one_clear_line(
@@ -216,6 +246,9 @@ def test_runs_sent_over_otlp_one_trace_each(
         run = runs[node.parent_span_id]
         assert node.trace_id == run.trace_id
         assert run.start_time_unix_nano <= node.start_time_unix_nano
+        assert attributes_of(node)["perf.task-clock"] > 0
+    for run in runs.values():
+        assert attributes_of(run)["perf.threads"] >= 1
     other_data = [json.loads(path.read_text())["otherData"] for path in kept_files(directory)]
     assert {bytes.fromhex(data["trace_id"]) for data in other_data} == {
         span.trace_id for span in runs.values()

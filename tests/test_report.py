@@ -26,7 +26,7 @@ from otel_ort.cli import main
 from otel_ort.demo_model import mlp_model
 from otel_ort.perf.attribution import Attribution
 from otel_ort.perf.counting import RunCounts
-from otel_ort.perf.report import counter_events
+from otel_ort.perf.tracks import counter_events
 from otel_ort.profiling import chrome, read_profile
 from otel_ort.report import ReportError, build_report, render_html, write_report
 from otel_ort.report.model import page_data

@@ -278,11 +278,7 @@ class PerfCounters:
         moved later if the calling thread's switch records show them early (``late_ns``)."""
         plan = self._plan
         assert plan is not None
-        kinds = {self._time_alias: "time"}
-        kinds.update(
-            (s.alias, "switches") for s in self._selection.events if probe.from_switch_records(s)
-        )
-        kinds.update((spec.alias, spec.kind) for spec in plan.members)
+        kinds = self._kinds(plan)
         threads, lost = raw.settle()
         runs, throttled, problems = [], 0, list(lost)
         for thread in threads:
@@ -319,6 +315,20 @@ class PerfCounters:
             windows = [(start + late, end + late) for start, end in windows]
         attribution = attribute(runs, windows, Counted(kinds, self._time_alias))
         return RunCounts(attribution, plan.period_ns, len(runs), throttled, tuple(problems), late)
+
+    def _kinds(self, plan: probe.Plan) -> dict[str, str]:
+        """How each counted alias is attributed: the time alias first."""
+        kinds = {self._time_alias: "time"}
+        kinds.update(
+            (s.alias, "switches") for s in self._selection.events if probe.from_switch_records(s)
+        )
+        kinds.update((spec.alias, spec.kind) for spec in plan.members)
+        return kinds
+
+    @property
+    def counted_aliases(self) -> list[str]:
+        """The aliases counted here (none before ``prepare`` succeeds), the time alias first."""
+        return list(self._kinds(self._plan)) if self._plan is not None else []
 
     @property
     def unavailable_events(self) -> list[str]:

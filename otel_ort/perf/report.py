@@ -1,17 +1,52 @@
-"""A counted run's numbers as span attributes and Chrome-trace counter tracks."""
+"""A counted run's numbers as span attributes and, in its profile, as counter tracks."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
 from opentelemetry.util.types import AttributeValue
 
 from otel_ort import semconv
-from otel_ort.perf.counting import RunCounts
+from otel_ort.perf.counting import PerfCounters, RawRun, RunCounts
+from otel_ort.perf.tracks import counter_events
+from otel_ort.profiling.model import Profile
 
 _MAX_PROBLEM = 256
+
+
+@dataclass(frozen=True)
+class ProfileCounts:
+    """A counted run's attributes: the run span's, and each node span's."""
+
+    run: dict[str, AttributeValue]
+    nodes: list[dict[str, AttributeValue]]
+    """In the order of the run's nodes; empty when counted per run only."""
+
+
+def count_profile(perf: PerfCounters, profile: Profile, raw: RawRun) -> ProfileCounts:
+    """Attribute ``raw`` to the nodes of ``profile``'s one run, add the counter tracks to its
+    events and move its start to where the counts place the run (``RunCounts.late_ns``)."""
+    unavailable = perf.unavailable_events
+    windows_us = [(node.ts, node.end) for node in profile.runs[0].nodes]
+    if _overlapping(windows_us):  # the parallel executor: counts per run only
+        windows_us = []
+        unavailable.append("nodes ran concurrently (parallel execution): counts per run only")
+    base = profile.start_ns
+    windows = [(base + int(start * 1000), base + int(end * 1000)) for start, end in windows_us]
+    counts = perf.attribute(raw, windows)
+    profile.start_ns += counts.late_ns  # the spans and the kept file start there too
+    pid = next((e["pid"] for e in profile.events if isinstance(e, dict) and "pid" in e), 0)
+    profile.events.extend(counter_events(counts, windows_us, pid))
+    nodes = node_attributes(counts) if windows else []
+    return ProfileCounts(run_attributes(counts, unavailable), nodes)
+
+
+def _overlapping(windows: list[tuple[float, float]]) -> bool:
+    ordered = sorted(windows)
+    return any(start < end - 1 for (_, end), (start, _) in itertools.pairwise(ordered))
 
 
 def node_attributes(counts: RunCounts) -> list[dict[str, AttributeValue]]:
@@ -67,31 +102,3 @@ def run_attributes(counts: RunCounts, unavailable: Sequence[str]) -> dict[str, A
     if problems:
         attributes[semconv.PERF_UNAVAILABLE] = [line[:_MAX_PROBLEM] for line in problems]
     return attributes
-
-
-def counter_events(
-    counts: RunCounts, windows_us: Sequence[tuple[float, float]], pid: int
-) -> list[dict[str, Any]]:
-    """Chrome counter tracks (``"ph": "C"``), one per alias: the node's count from its start
-    to its end, 0 between nodes."""
-    events: list[dict[str, Any]] = []
-    for values, (start, end) in zip(counts.attribution.nodes, windows_us, strict=True):
-        for alias, value in values.items():
-            if math.isnan(value):
-                continue
-            name = semconv.PERF_PREFIX + alias
-            events.append(_counter(name, start, pid, alias, round(value)))
-            events.append(_counter(name, end, pid, alias, 0))
-    return events
-
-
-def _counter(name: str, ts: float, pid: int, alias: str, value: int) -> dict[str, Any]:
-    return {
-        "name": name,
-        "ph": "C",
-        "ts": ts,
-        "pid": pid,
-        "tid": 0,
-        "cat": "perf",
-        "args": {alias: value},
-    }

@@ -19,7 +19,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import inspect
-import itertools
 import logging
 import os
 import threading
@@ -52,7 +51,7 @@ from otel_ort.delivery import SpanDelivery
 from otel_ort.failures import report_failure
 from otel_ort.options import ProfilingOptions
 from otel_ort.perf.counting import Counting, PerfCounters, Pool, RawRun
-from otel_ort.perf.report import counter_events, node_attributes, run_attributes
+from otel_ort.perf.report import count_profile
 from otel_ort.profiling.kept import publish_run, read_run
 from otel_ort.profiling.model import Profile
 from otel_ort.profiling.reader import ProfileError
@@ -483,30 +482,21 @@ class Profiler:
         """perf counts: totals on the run span, counter tracks added to the profile's events;
         returns the node spans' attributes (in node order)."""
         assert self.perf is not None
-        unavailable = self.perf.unavailable_events
         if isinstance(counters, str):
             if span.is_recording():
-                span.set_attribute(semconv.PERF_UNAVAILABLE, [*unavailable, counters])
+                span.set_attribute(
+                    semconv.PERF_UNAVAILABLE, [*self.perf.unavailable_events, counters]
+                )
             return []
-        nodes = profile.runs[0].nodes
-        windows_us = [(node.ts, node.end) for node in nodes]
-        if _overlapping(windows_us):  # the parallel executor: counts per run only
-            windows_us = []
-            unavailable.append("nodes ran concurrently (parallel execution): counts per run only")
-        base = profile.start_ns
-        windows = [(base + int(start * 1000), base + int(end * 1000)) for start, end in windows_us]
         try:
-            counts = self.perf.attribute(counters, windows)
+            counts = count_profile(self.perf, profile, counters)
         except Exception as exc:
             problems.append(f"attributing perf counts failed: {exc!r}")
             report_failure("could not attribute perf counts")
             return []
-        profile.start_ns += counts.late_ns  # the spans and the kept file start there too
         if span.is_recording():
-            span.set_attributes(run_attributes(counts, unavailable))
-        pid = next((e["pid"] for e in profile.events if isinstance(e, dict) and "pid" in e), 0)
-        profile.events.extend(counter_events(counts, windows_us, pid))
-        return node_attributes(counts) if windows else []
+            span.set_attributes(counts.run)
+        return counts.nodes
 
     def _emit(
         self, profile: Any, span: Span, node_counts: list[dict[str, Any]]
@@ -641,11 +631,6 @@ def _takes(function: Callable[..., Any], parameter: str) -> bool:
     except (TypeError, ValueError):  # no signature to read: try it
         return True
     return parameter in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
-
-
-def _overlapping(windows: list[tuple[float, float]]) -> bool:
-    ordered = sorted(windows)
-    return any(start < end - 1 for (_, end), (start, _) in itertools.pairwise(ordered))
 
 
 def _end(span: Span, end_ns: int, problem: str) -> None:

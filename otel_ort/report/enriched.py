@@ -2,9 +2,8 @@
 
 The kept file (``profiling/chrome.py``) carries ``otherData`` (trace id, span id, session,
 model), ``thread_name`` metadata events, the trace and span ids on each ``model_run`` event,
-and, when perf counted the run, one Chrome counter track per event alias
-(``perf/report.py``: the node's count at the node's start, 0 at its end). ORT's own files
-have none of these; every function here then returns an empty result.
+and, when perf counted the run, counter tracks (read by ``otel_ort.perf.tracks``). ORT's own
+files have none of these; every function here then returns an empty result.
 """
 
 from __future__ import annotations
@@ -13,10 +12,8 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from otel_ort import semconv
 from otel_ort.profiling.model import RunRecord
 
 _OTHER_DATA = '"otherData"'
@@ -101,36 +98,3 @@ def run_ids(
 def _id(args: dict[str, Any], key: str) -> str | None:
     value = args.get(key)
     return value if isinstance(value, str) and value else None
-
-
-@dataclass
-class Counters:
-    """perf counts per node window: ``values[(start, end)][alias]``."""
-
-    aliases: list[str] = field(default_factory=list)
-    """In the order the file first names them."""
-    values: dict[tuple[float, float], dict[str, int | float]] = field(default_factory=dict)
-
-    def of(self, start: float, end: float) -> dict[str, int | float] | None:
-        return self.values.get((start, end))
-
-
-def counters(events: Sequence[Any]) -> Counters:
-    """The perf counter tracks otel-ort wrote: per alias, samples in file order pair up as
-    (node start, count) then (node end, 0)."""
-    tracks: dict[str, list[tuple[float, int | float]]] = {}
-    for event in events:
-        if not (isinstance(event, dict) and event.get("ph") == "C"):
-            continue
-        name, args, ts = event.get("name"), event.get("args"), event.get("ts")
-        if not (isinstance(name, str) and name.startswith(semconv.PERF_PREFIX)):
-            continue
-        alias = name[len(semconv.PERF_PREFIX) :]
-        value = args.get(alias) if isinstance(args, dict) else None
-        if type(ts) in (int, float) and type(value) in (int, float):
-            tracks.setdefault(alias, []).append((ts, value))  # type: ignore[arg-type]
-    result = Counters(aliases=list(tracks))
-    for alias, samples in tracks.items():
-        for (start, value), (end, _) in zip(samples[::2], samples[1::2], strict=False):
-            result.values.setdefault((start, end), {})[alias] = value
-    return result

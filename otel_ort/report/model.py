@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from otel_ort.perf.tracks import Counters, counters
 from otel_ort.profiling.model import KernelRecord, Profile, RunRecord
 from otel_ort.report import enriched
 from otel_ort.summary import totals_by
@@ -96,7 +97,7 @@ def page_data(
     shown = _shown_run(profile, run)
     other = dict(other_data or {})
     notes = _file_notes(profile)
-    counts = enriched.counters(profile.events) if perf is not False else enriched.Counters()
+    counts = counters(profile.events) if perf is not False else Counters()
     if perf and not counts.aliases:
         notes.append(
             f"perf counters were asked for, but {name} has none: otel-ort's profiler records "
@@ -211,7 +212,7 @@ def _run(
     run: RunRecord,
     start_ns: int,
     ids: tuple[str | None, str | None],
-    counts: enriched.Counters,
+    counts: Counters,
     strings: _Strings,
     top: int,
 ) -> dict[str, Any]:
