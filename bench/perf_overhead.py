@@ -160,6 +160,8 @@ def counted(counters: PerfCounters, pool: Pool, run: Callable[[], object]) -> Ra
         run()
     finally:
         raw = counters.end(counting, caller_runs_nodes=True)  # sequential sessions
+    if isinstance(raw, str):
+        raise RuntimeError(f"not counted: {raw}")
     return raw
 
 

@@ -258,12 +258,18 @@ class RequestSpanProcessor(BatchSpanProcessor):
                 return
         self._drops.add("requests", reason, 1, why)  # not under the lock: it may log
 
-    def shutdown(self) -> None:
-        """Stop taking spans, then export those queued. (The SDK sets its flag without a lock:
-        a span added between its check and the add would be lost uncounted.)"""
+    def shutdown(self, timeout_millis: int = 30_000) -> None:
+        """Stop taking spans, export those queued, count those the timeout left in the queue.
+        (The SDK sets its flag without a lock: a span added between its check and the add
+        would be lost uncounted.)"""
         with self._adding:
             self._closed = True
-        super().shutdown()  # type: ignore[no-untyped-call]
+        batch = self._batch_processor
+        batch.shutdown(timeout_millis)
+        left = len(batch._queue)  # the export thread takes no more after a timeout
+        if left:
+            why = f"the export did not finish within the shutdown timeout ({timeout_millis} ms)"
+            self._drops.add("requests", "shutdown_timeout", left, why)
 
 
 def _fresh_adding_lock(reference: weakref.ref[RequestSpanProcessor]) -> None:

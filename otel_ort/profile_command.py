@@ -16,7 +16,7 @@ import dataclasses
 import os
 import sys
 import threading
-import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -147,6 +147,7 @@ def _profile(request: ProfileRequest, out: TextIO, err: TextIO) -> None:
             f"{_plural(request.warmup, 'warm-up run')}, {_plural(request.runs, 'profiled run')}",
             file=out,
         )
+        _warm_up(session, feeds, request.warmup, store)
         with _Counting(perf, session) as counting:
             runs = _run(session, feeds, request, store, counting, err)
             exporting = _Exporting(request) if request.otlp_endpoint else None
@@ -367,16 +368,25 @@ class _ProfiledRun:
 
 class _Counting:
     """perf counting of the session's threads (the calling thread and ORT's intra-op pool)
-    during each profiled run; off, or saying why not, where perf cannot count."""
+    during each profiled run, as the engine counts a serving twin's (switched on and off
+    around each run, so ORT's pool spinning between runs is not counted); off, or saying why
+    not, where perf cannot count. Never raises: what goes wrong is said in ``describe``."""
 
     def __init__(self, options: PerfOptions | None, session: CSession) -> None:
         self._caller_runs_nodes = session.sequential
         self._perf: PerfCounters | None = None
         self._pool: Pool | None = None
+        self._problems: Counter[str] = Counter()
+        """Why runs, or some of their threads, were not counted: how many runs each."""
+        self._runs = 0
         if options is not None:
             self._perf = PerfCounters(options.events, options.period_ns, options.explicit)
-            if self._perf.prepare():  # the pool's threads stay on: they run profiled runs only
-                self._pool = self._perf.pool(session.thread_ids, stays_on=True)
+            try:
+                if self._perf.prepare(quiet=True):  # switched per run: ORT's pool spinning
+                    self._pool = self._perf.pool(session.thread_ids, stays_on=False)  # between
+                    # runs is no run's, and no request waits on the switching here
+            except Exception as exc:
+                self._perf.unavailable = f"perf counters could not be set up: {exc!r}"
 
     def __enter__(self) -> _Counting:
         return self
@@ -388,10 +398,8 @@ class _Counting:
             self._perf.close()
 
     def begin(self) -> Counting | str | None:
-        if self._perf is None:
+        if self._perf is None or self._pool is None:
             return None
-        if self._pool is None:
-            return self._perf.unavailable
         return self._perf.begin(self._pool)
 
     def end(self, started: Counting | str | None) -> RawRun | str | None:
@@ -401,22 +409,54 @@ class _Counting:
         return self._perf.end(started, caller_runs_nodes=self._caller_runs_nodes)
 
     def count(self, profile: Profile, counted: RawRun | str | None) -> ProfileCounts | None:
-        """The run's counts per node, added to ``profile``'s events as counter tracks."""
-        if self._perf is None or not isinstance(counted, RawRun) or not profile.runs:
+        """The run's counts per node, added to ``profile``'s events as counter tracks; the
+        problems are kept for ``describe``."""
+        if self._perf is None or self._pool is None:
             return None
-        return count_profile(self._perf, profile, counted)
+        self._runs += 1
+        if isinstance(counted, str):
+            self._problems[counted] += 1
+            return None
+        if counted is None or not profile.runs:  # (an empty profile: the run failed)
+            return None
+        try:
+            counts = count_profile(self._perf, profile, counted)
+        except Exception as exc:
+            self._problems[f"attributing perf counts failed: {exc!r}"] += 1
+            return None
+        self._problems.update(set(counts.problems))
+        return counts
 
     def describe(self) -> str:
-        """What perf counted, and each event it could not count with the reason."""
+        """What perf counted, each event it could not count and why, and what went wrong in
+        some runs."""
         if self._perf is None:
             return "perf counters: off (--perf-events off, or OTEL_ORT_PERF_EVENTS=off)"
         if self._pool is None:
             return f"perf counters: none ({self._perf.unavailable})"
         counted = ", ".join(self._perf.counted_aliases)
-        lines = [f"perf counters: {counted or 'none'} (per node in the tables below)"]
+        lines = [f"perf counters: {counted} (per node in the tables below)"]
         lines += [f"  not counted: {line}" for line in self._perf.unavailable_events]
         lines += [f"  {line}" for line in self._pool.problems]
+        lines += [
+            f"  in {runs} of {self._runs} runs: {problem}"
+            for problem, runs in self._problems.most_common()
+        ]
         return "\n".join(lines)
+
+
+def _warm_up(session: CSession, feeds: dict[str, Any], runs: int, store: ProfileStore) -> None:
+    """The unprofiled warm-up runs, then a profiled run that is not kept: ORT starts its
+    profiler on a session's first one (about a millisecond), which is no run's time."""
+    files = store.new_run()
+    try:
+        for _ in range(runs):
+            session.run(feeds)
+        session.run(feeds, profile_prefix=files.prefix)
+    except (OrtError, UnsupportedValue) as exc:
+        raise UserError(f"the model failed to run on these inputs: {exc}") from None
+    finally:
+        remove_files(store.written(files))
 
 
 def _run(
@@ -427,21 +467,19 @@ def _run(
     counting: _Counting,
     err: TextIO,
 ) -> list[_ProfiledRun]:
-    """The warm-up runs, then the profiled runs (each with its own file prefix, counted)."""
+    """The profiled runs, each with its own file prefix, counted; each profile's time base is
+    when the run called ORT (after the inputs were converted)."""
     runs: list[_ProfiledRun] = []
     progress = _Progress(request.runs, err)
     try:
-        for _ in range(request.warmup):
-            session.run(feeds)
         for done in range(1, request.runs + 1):
             files = store.new_run()
-            start_ns = time.time_ns()
             started = counting.begin()
             try:
                 session.run(feeds, profile_prefix=files.prefix)
             finally:
                 counted = counting.end(started)
-                runs.append(_ProfiledRun(files, start_ns, counted))
+                runs.append(_ProfiledRun(files, session.last_run_started_ns(), counted))
             progress.update(done)
     except (OrtError, UnsupportedValue) as exc:
         for run in runs:

@@ -51,7 +51,8 @@ def summarize(profiles: Sequence[Profile], top: int = 15, title: str | None = No
     if aliases:
         by = next((alias for alias in aliases if alias in semconv.PERF_TIME_ALIASES), aliases[0])
         sections += [
-            "perf counters per op type (totals over all runs)",
+            "perf counters per op type (totals over all runs; times are CPU time summed over "
+            "ORT's threads, its spinning pool included, so they can exceed the wall time)",
             _perf_grouped(nodes, counts, aliases, lambda n: (n.op_type,), ("op type",)),
             f"perf counters, top {top} nodes by {by}",
             _perf_grouped(

@@ -92,7 +92,7 @@ def test_summary_of_a_kept_file_has_its_perf_counts(
     path = kept_file(tmp_path / "perf.json", events, {7: "MainThread (run)"}, counts)
     assert main(["summary", str(path), "--top", "2"]) == 0
     out = capsys.readouterr().out
-    per_op, top = out.split("perf counters per op type (totals over all runs)")[1].split(
+    per_op, top = out.split("perf counters per op type (totals over all runs; ")[1].split(
         "perf counters, top 2 nodes by task-clock"
     )
     assert "| op type | count | task-clock ms | cycles | instructions |  IPC |" in per_op

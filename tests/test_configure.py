@@ -181,34 +181,52 @@ def test_a_full_request_queue_counts_every_dropped_span(monkeypatch: pytest.Monk
     assert exporter.exported + dropped == 40
 
 
-def test_spans_ending_during_shutdown_are_exported_or_counted() -> None:
-    """Four threads end spans while the pipeline shuts down: none is lost uncounted."""
+def test_a_span_ending_as_the_pipeline_shuts_down_is_exported_or_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The race made certain: the span's add into the SDK's queue waits until the shutdown
+    has begun (or 0.3 s). Either the shutdown waits for the add, or the span is counted."""
     exporter = _CountingExporter(held=False)
-    provider, drops = _request_pipeline(exporter)
-    tracer = provider.get_tracer("test")
-    ended = [0] * 4
-    started = threading.Barrier(len(ended) + 1)
+    drops = DropCounter()
+    processor = RequestSpanProcessor(exporter, drops)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    batch = processor._batch_processor
+    real_emit = batch.emit
+    adding = threading.Event()
 
-    def end_spans(slot: int) -> None:
-        started.wait()
-        while "requests.already_shutdown" not in drops.counts() and ended[slot] < 1_000_000:
-            tracer.start_span("request").end()
-            ended[slot] += 1
-        for _ in range(100):  # and a few more after the shutdown
-            tracer.start_span("request").end()
-            ended[slot] += 1
+    def late_emit(span: ReadableSpan) -> None:
+        adding.set()
+        deadline = time.monotonic() + 0.3
+        while not batch._shutdown and time.monotonic() < deadline:
+            time.sleep(0.001)
+        real_emit(span)
 
-    threads = [threading.Thread(target=end_spans, args=(i,)) for i in range(len(ended))]
-    for thread in threads:
-        thread.start()
-    started.wait()
-    time.sleep(0.05)
+    monkeypatch.setattr(batch, "emit", late_emit)
+    ending = threading.Thread(target=lambda: provider.get_tracer("t").start_span("r").end())
+    ending.start()
+    assert adding.wait(5)
     provider.shutdown()
-    for thread in threads:
-        thread.join()
-    counts = drops.counts()  # (a full queue may drop some before the shutdown)
-    assert counts["requests.already_shutdown"] > 0
-    assert exporter.exported + sum(counts.values()) == sum(ended)
+    ending.join()
+    assert exporter.exported + drops.counts().get("requests.already_shutdown", 0) == 1
+
+
+def test_spans_a_shutdown_timeout_leaves_queued_are_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4")
+    exporter = _CountingExporter(held=True)  # a collector that stopped reading
+    drops = DropCounter()
+    processor = RequestSpanProcessor(exporter, drops)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    for _ in range(20):
+        provider.get_tracer("t").start_span("r").end()
+    processor.shutdown(timeout_millis=200)
+    exporter.release.set()
+    processor._batch_processor._worker_thread.join(10)
+    left = drops.counts()["requests.shutdown_timeout"]
+    assert left >= 12 and exporter.exported + left == 20
 
 
 def test_drops_are_a_metric_by_stream_and_reason() -> None:

@@ -77,6 +77,7 @@ class Counter:
             self.session.run(feeds, profile_prefix=prefix)
         finally:
             raw = self.counters.end(counting, caller_runs_nodes=self.session.sequential)
+        assert not isinstance(raw, str), raw
         start = self.session.last_run_started_ns()
         profile = read_profile(next(self.directory.glob(f"run{self.runs}_*.json")), start)
         nodes = profile.runs[0].nodes
@@ -255,6 +256,19 @@ def test_a_run_whose_groups_closed_before_it_was_settled_says_so(counter_factory
     counts = counter.counters.attribute(raw, windows)
     assert counts.attribution.totals["task-clock"] > 0  # the calling thread's
     assert len(counts.problems) == 2
+
+
+def test_a_pool_that_cannot_start_says_why_and_stays_usable(counter_factory: Any) -> None:
+    """perf never makes a run fail: a group that cannot be read at the start is a reason,
+    and the pool's lock is free for the next run."""
+    counter = counter_factory(
+        matmul_chain(), (512, 512), ["task-clock"], intra_op_num_threads=2, stays_on=False
+    )
+    counter.pool.groups[0].close()
+    started = counter.counters.begin(counter.pool)
+    assert isinstance(started, str) and started.startswith("perf counting could not start: ")
+    assert counter.pool.lock.acquire(blocking=False)
+    counter.pool.lock.release()
 
 
 def test_a_group_is_not_closed_at_interpreter_exit_before_shutdown() -> None:

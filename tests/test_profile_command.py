@@ -75,7 +75,7 @@ def test_default_run_prints_tables_and_keeps_one_file_per_run(
     assert counted.startswith("perf counters: task-clock, ")
     assert "page-faults" in counted and "context-switches" in counted
     assert "cycles" in counted or "  not counted: cycles: " in out
-    assert "perf counters per op type (totals over all runs)" in out
+    assert "perf counters per op type (totals over all runs; " in out
     assert "perf counters, top 15 nodes by task-clock" in out
 
     directory = tmp_path / "otel-ort-profiles"
@@ -255,6 +255,26 @@ def test_runs_sent_over_otlp_one_trace_each(
     }
     service = {kv.key: kv.value.string_value for kv in received[0][0].attributes}
     assert service["service.name"] == "profiled"
+
+
+def test_warm_up_runs_are_not_counted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run's CPU time (all its threads) fits in its window: not the 40 warm-up runs (about
+    20 ms), nor ORT starting its profiler, nor its pool spinning between runs."""
+    model = tmp_path / "wide.onnx"
+    model.write_bytes(mlp_model(width=256, depth=4))
+    with OtlpReceiver() as receiver:
+        code = main([
+            "profile", str(model), "--runs", "3", "--warmup", "40", "--shape", "x=128,256",
+            "--profile-dir", str(tmp_path / "p"), "--otlp-endpoint", receiver.grpc_endpoint,
+        ])  # fmt: skip
+        received = receiver.wait_for_spans(3 * 5)
+    assert code == 0, capsys.readouterr().err
+    runs = [span for _, span in received if span.name == semconv.SPAN_RUN]
+    for run in sorted(runs, key=lambda span: span.start_time_unix_nano):
+        attributes = attributes_of(run)
+        wall_ns = run.end_time_unix_nano - run.start_time_unix_nano
+        bound = attributes["perf.threads"] * (wall_ns + 3_000_000)  # + converting the data
+        assert 0 < attributes["perf.task-clock"] <= bound
 
 
 def test_spans_that_do_not_arrive_fail_the_command(

@@ -240,12 +240,13 @@ class PerfCounters:
 
     # -- worker ---------------------------------------------------------------------------
 
-    def prepare(self) -> bool:
-        """Probe the machine (once); whether anything can be counted. Says once why an event
-        (or perf itself) cannot count: a warning for what the user named, else at INFO."""
+    def prepare(self, *, quiet: bool = False) -> bool:
+        """Probe the machine (once); whether anything can be counted. Logs once why an event
+        (or perf itself) cannot count: a warning for what the user named, else at INFO
+        (``quiet``: the caller says it, from ``unavailable`` and ``unavailable_events``)."""
         if self._plan is not None or self.unavailable:
             return self._plan is not None
-        log = _logger.warning if self._explicit else _logger.info
+        log = _logger.debug if quiet else _logger.warning if self._explicit else _logger.info
         try:
             self._plan = probe.make_plan(
                 self._selection.events, self._selection.unavailable, self._period_ns
@@ -340,7 +341,7 @@ class PerfCounters:
 
     def begin(self, pool: Pool) -> Counting | str:
         """Start counting this thread and ``pool`` (waiting for the pool's previous run to
-        end); or say why this run is not counted."""
+        end); or say why this run is not counted (perf never makes a run fail)."""
         if self._plan is None:
             return self.unavailable or "perf counters are not ready yet"
         try:
@@ -355,20 +356,25 @@ class PerfCounters:
             except BaseException:
                 pool.stop(pooled)
                 raise
+        except Exception as exc:
+            pool.lock.release()
+            return f"perf counting could not start: {exc!r}"
         except BaseException:
             pool.lock.release()
             raise
 
-    def end(self, counting: Counting, *, caller_runs_nodes: bool) -> RawRun:
-        """Stop counting; what the worker needs. Releases the pool. ``caller_runs_nodes``:
-        the calling thread entered each node (sequential execution), so its switch records
-        can place the run in time (``late_start``)."""
+    def end(self, counting: Counting, *, caller_runs_nodes: bool) -> RawRun | str:
+        """Stop counting; what the worker needs, or why nothing can be used. Releases the
+        pool. ``caller_runs_nodes``: the calling thread entered each node (sequential
+        execution), so its switch records can place the run in time (``late_start``)."""
         own, pooled = counting.own, counting.pooled
         try:
             try:
                 own.pool.stop(own)  # the first, nearest to the run
             finally:
                 pooled.pool.stop(pooled)
+        except Exception as exc:
+            return f"perf counting could not stop: {exc!r}"
         finally:
             pooled.pool.lock.release()
         calling = threading.get_native_id() if caller_runs_nodes else None

@@ -24,16 +24,19 @@ class ProfileCounts:
     run: dict[str, AttributeValue]
     nodes: list[dict[str, AttributeValue]]
     """In the order of the run's nodes; empty when counted per run only."""
+    problems: tuple[str, ...]
+    """What this run's counts lack (also in the run's ``perf.unavailable``, after the events
+    that are never counted here)."""
 
 
 def count_profile(perf: PerfCounters, profile: Profile, raw: RawRun) -> ProfileCounts:
     """Attribute ``raw`` to the nodes of ``profile``'s one run, add the counter tracks to its
     events and move its start to where the counts place the run (``RunCounts.late_ns``)."""
-    unavailable = perf.unavailable_events
     windows_us = [(node.ts, node.end) for node in profile.runs[0].nodes]
+    problems: list[str] = []
     if _overlapping(windows_us):  # the parallel executor: counts per run only
         windows_us = []
-        unavailable.append("nodes ran concurrently (parallel execution): counts per run only")
+        problems.append("nodes ran concurrently (parallel execution): counts per run only")
     base = profile.start_ns
     windows = [(base + int(start * 1000), base + int(end * 1000)) for start, end in windows_us]
     counts = perf.attribute(raw, windows)
@@ -41,7 +44,8 @@ def count_profile(perf: PerfCounters, profile: Profile, raw: RawRun) -> ProfileC
     pid = next((e["pid"] for e in profile.events if isinstance(e, dict) and "pid" in e), 0)
     profile.events.extend(counter_events(counts, windows_us, pid))
     nodes = node_attributes(counts) if windows else []
-    return ProfileCounts(run_attributes(counts, unavailable), nodes)
+    run = run_attributes(counts, [*perf.unavailable_events, *problems])
+    return ProfileCounts(run, nodes, (*problems, *counts.problems))
 
 
 def _overlapping(windows: list[tuple[float, float]]) -> bool:
