@@ -11,11 +11,11 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -29,6 +29,7 @@ ARGS = [
     "--no-first-run",
 ]
 RENDER_TIMEOUT_MS = 30_000
+T = TypeVar("T")
 
 
 def _unavailable(reason: str) -> None:
@@ -174,25 +175,25 @@ def open_in_devtools(browser: Any, path: Path, screenshot: Path) -> dict[str, An
 def _click_past_dialogs(page: Any, target: Any) -> None:
     """Click ``target``, closing (Escape) whatever dialog covers it: served this way, DevTools
     says its debugging connection closed, as it has no page to debug."""
-    deadline = time.monotonic() + RENDER_TIMEOUT_MS / 1000
-    while True:
-        try:
-            target.click(timeout=2000)
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            page.keyboard.press("Escape")
+    _retried(lambda: target.click(timeout=2000), lambda: page.keyboard.press("Escape"))
 
 
 def _parsed_trace(page: Any) -> dict[str, Any]:
     """``_PARSED_TRACE_JS``'s result once the panel has parsed the loaded file."""
+    parsed: dict[str, Any] = _retried(
+        lambda: page.evaluate(_PARSED_TRACE_JS), lambda: time.sleep(0.2)
+    )
+    return parsed
+
+
+def _retried(attempt: Callable[[], T], between: Callable[[], object]) -> T:
+    """``attempt()`` until it succeeds, ``between()`` after each failure; after
+    ``RENDER_TIMEOUT_MS`` the last failure is raised."""
     deadline = time.monotonic() + RENDER_TIMEOUT_MS / 1000
     while True:
         try:
-            parsed: dict[str, Any] = page.evaluate(_PARSED_TRACE_JS)
-            return parsed
+            return attempt()
         except Exception:
             if time.monotonic() > deadline:
                 raise
-            time.sleep(0.2)
+            between()
