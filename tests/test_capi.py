@@ -13,12 +13,21 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
 
-from otel_ort.capi import CApi, CSession, OrtError, SessionConfig, UnsupportedValue, load_api
+from otel_ort.capi import (
+    CApi,
+    CSession,
+    OrtError,
+    SessionConfig,
+    Termination,
+    UnsupportedValue,
+    load_api,
+)
 from otel_ort.capi.library import ffi, first_api_version
 from otel_ort.capi.values import ValueCodec
 from otel_ort.demo_model import mlp_model
 from tests import capi_models
 from tests.conftest import held_runs, run_threads
+from tests.perf_models import matmul_chain
 
 RNG = np.random.default_rng(7)
 
@@ -359,9 +368,20 @@ def test_providers(mlp: bytes) -> None:
     assert "CUDA execution provider is not enabled in this build" in caught.value.message
 
 
-def test_terminate_flag(mlp_session: CSession) -> None:
+def test_a_termination_requested_before_the_run_fails_it(mlp_session: CSession) -> None:
+    termination = Termination()
+    termination.request()
     with pytest.raises(OrtError, match="terminate flag"):
-        mlp_session.run({"x": np.ones((1, 32), np.float32)}, terminate=True)
+        mlp_session.run({"x": np.ones((1, 32), np.float32)}, termination=termination)
+    assert mlp_session.run({"x": np.ones((1, 32), np.float32)})  # the next run is unaffected
+
+
+def test_a_termination_requested_from_another_thread_ends_the_run_in_flight() -> None:
+    with CSession(SessionConfig(matmul_chain(nodes=256), intra_op_num_threads=1)) as session:
+        termination = Termination()  # the run takes about 0.7 s here; ended after 0.05 s
+        threading.Timer(0.05, termination.request).start()
+        with pytest.raises(OrtError, match="terminate flag"):
+            session.run({"x": np.ones((512, 512), np.float32)}, termination=termination)
 
 
 # --- run-level profiling and session options -----------------------------------------------

@@ -87,9 +87,10 @@ def test_profiled_runs_match_ort_on_every_onnx_node_test_case(
                     problems.append(f"{name}: {outcome}")
             telemetry.exporter.clear()
     assert failure_counts() == failures_before, "otel-ort reported failures of its own"
-    # list inputs (sequences, optionals) are not converted for the twin: said, not profiled
-    listed = [p for p in problems if "is a list, not a numpy array" in p]
-    assert not [p for p in problems if p not in listed], "\n".join(problems)
+    # not profiled, and said why: list inputs (sequences, optionals), not converted for the
+    # twin; random operators, whose numbers a twin would draw apart
+    said = ("is a list, not a numpy array", "the model has random operators")
+    assert not [p for p in problems if not any(s in p for s in said)], "\n".join(problems)
     assert outcomes["profiled"] >= FEWEST_PROFILED, outcomes
     assert outcomes["ORT raises"] > 100, outcomes
 

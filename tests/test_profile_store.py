@@ -84,6 +84,32 @@ def test_runs_get_unique_names_and_published_files_are_0600(tmp_path: Path) -> N
     assert os.path.basename(first.path).startswith("otel-ort_")
 
 
+def test_stores_of_processes_sharing_a_pid_name_their_files_apart(tmp_path: Path) -> None:
+    """Two processes with one pid (each in its own pid namespace, sharing the volume)."""
+    first = ProfileStore(str(tmp_path), max_files=10, max_bytes=10**9).new_run()
+    second = ProfileStore(str(tmp_path), max_files=10, max_bytes=10**9).new_run()
+    assert first.prefix != second.prefix and first.path != second.path
+    Path(first.prefix + "_2026-11-22_10-00-00_000.json").write_text("[]")
+    assert ProfileStore.written(second) == []
+
+
+def test_leftovers_of_ended_processes_are_deleted_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = ProfileStore(str(tmp_path), max_files=10, max_bytes=10**9)
+    hour_ago = time.time() - 3601
+    leftovers = [Path(store.new_run().prefix + "_t.json"), Path(store.new_run().path + ".tmp")]
+    for path in leftovers:
+        path.write_text("[]")
+        os.utime(path, (hour_ago, hour_ago))
+    recent = Path(store.new_run().prefix + "_t.json")  # another process's run in flight
+    recent.write_text("[]")
+    with caplog.at_level("INFO", logger="otel_ort"):
+        ProfileStore(str(tmp_path), max_files=10, max_bytes=10**9)
+    assert [path.exists() for path in (*leftovers, recent)] == [False, False, True]
+    assert "deleted 2 raw profile file(s)" in caplog.text
+
+
 def test_retention_deletes_the_oldest_files_and_counts_them(tmp_path: Path) -> None:
     directory = tmp_path / "p"
     user_file = directory / "notes.json"

@@ -27,6 +27,7 @@ from otel_ort.profiling.store import ProfileDirError
 from otel_ort.sampling import Always, EveryNth, Never, Ratio
 from tests.conftest import Telemetry, attrs, instrumentation, run_threads
 from tests.models import string_model, typed_cases
+from tests.perf_models import matmul_chain
 
 CPU = ["CPUExecutionProvider"]
 X = {"x": np.arange(2 * 32, dtype=np.float32).reshape(2, 32) / 64}
@@ -431,6 +432,48 @@ def test_uninstrument_leaves_ort_options_working(telemetry: Telemetry, mlp_path:
     run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
     session = ort.InferenceSession(mlp_path, options, providers=CPU)
     assert session.run(None, X, run_options)[0].shape == (2, 32)
+
+
+def test_run_options_terminate_ends_a_profiled_run_as_it_ends_orts_own(
+    profiling: Telemetry,
+) -> None:
+    """``terminate`` set from another thread while the twin runs: the twin's run ends too, and
+    the caller gets ORT's own exception (ORT's run, retried, finds the flag set)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(matmul_chain(nodes=256), options, providers=CPU)
+    feeds = {"x": np.ones((512, 512), np.float32)}
+    ready(session, feeds)  # a run takes about 0.7 s here; terminated after 0.05 s
+    run_options = ort.RunOptions()
+    timer = threading.Timer(0.05, lambda: setattr(run_options, "terminate", True))
+    timer.start()
+    with profile_next_run(), pytest.raises(Exception, match="terminate flag") as caught:
+        session.run(None, feeds, run_options)
+    timer.join()
+    assert type(caught.value).__module__.startswith("onnxruntime")
+    assert attrs(run_spans(profiling)[-1])[semconv.PROFILE_SKIP_REASON] == semconv.SKIP_TWIN_ERROR
+
+
+def test_a_response_hook_may_flush_profiles_during_a_profiled_run(
+    telemetry: Telemetry, profile_dir: Path, mlp_path: Path
+) -> None:
+    """The hook runs before the run is handed to the worker: a flush there does not wait for
+    that run (it cannot), and returns at once rather than at its timeout."""
+    flushed: list[bool] = []
+
+    def response_hook(span: Any, session: Any, outputs: Any) -> None:
+        flushed.append(flush_profiles(timeout=30))
+
+    with instrumentation(
+        **telemetry.providers, profile_dir=str(profile_dir), response_hook=response_hook
+    ):
+        session = ort.InferenceSession(mlp_path, providers=CPU)
+        ready(session, X)
+        with profile_next_run():
+            session.run(None, X)
+        assert flush_profiles(timeout=60)
+    assert flushed == [True, True]
+    assert attrs(run_spans(telemetry)[-1])[semconv.RUN_PROFILED] is True
 
 
 def test_options_the_twin_cannot_know_make_the_session_unprofilable(

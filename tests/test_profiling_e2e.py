@@ -98,16 +98,22 @@ EXIT_SCRIPT = """
 import sys
 import numpy as np
 import onnxruntime as ort
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_ort import OrtInstrumentor, flush_profiles
 from otel_ort.export import OtlpJsonFileSpanExporter
 
-model, spans_file, directory = sys.argv[1:]
-provider = TracerProvider()
-provider.add_span_processor(BatchSpanProcessor(OtlpJsonFileSpanExporter(spans_file)))
-OrtInstrumentor().instrument(tracer_provider=provider, profile_sampler="always",
-                             profile_dir=directory)
+model, spans_file, directory, provider_made = sys.argv[1:]
+def make_provider():
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OtlpJsonFileSpanExporter(spans_file)))
+    trace.set_tracer_provider(provider)
+if provider_made == "before":
+    make_provider()
+OrtInstrumentor().instrument(profile_sampler="always", profile_dir=directory)
+if provider_made == "after":  # its exit handler is registered after otel-ort's
+    make_provider()
 session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
 feeds = {"x": np.ones((2, 32), np.float32)}
 session.run(None, feeds)
@@ -118,11 +124,16 @@ for _ in range(5):
 """
 
 
-def test_pending_profiles_are_converted_at_exit(tmp_path: Path, mlp_path: Path) -> None:
+@pytest.mark.parametrize("provider_made", ["before", "after"])
+def test_pending_profiles_are_converted_at_exit(
+    tmp_path: Path, mlp_path: Path, provider_made: str
+) -> None:
+    """Whether the tracer provider was made before ``instrument()`` or after it."""
     spans_file = tmp_path / "spans.jsonl"
     directory = tmp_path / "profiles"
+    script = [EXIT_SCRIPT, str(mlp_path), str(spans_file), str(directory), provider_made]
     completed = subprocess.run(
-        [sys.executable, "-c", EXIT_SCRIPT, str(mlp_path), str(spans_file), str(directory)],
+        [sys.executable, "-c", *script],
         capture_output=True,
         text=True,
         timeout=120,

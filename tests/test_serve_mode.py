@@ -6,7 +6,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -276,6 +279,78 @@ def test_a_model_file_replaced_after_the_session_was_made_is_not_twinned(
     assert session.run(None, x)[0].tolist() == [-1.0, 2.0]
     twin = session.__dict__["_otel_ort_twin"]
     assert twin.state == "failed" and "model file changed" in twin.reason
+
+
+def test_runs_while_the_worker_queue_is_full_make_no_twin_until_there_is_room(
+    serving: Telemetry, mlp_path: Path
+) -> None:
+    """Each run asks for a twin; with no room to build one, none is made (nor a finalizer,
+    nor a priming attempt counted), and the first run after the backlog clears gets one."""
+    profiler = OrtInstrumentor()._profiler
+    assert profiler is not None
+    worker, started, gate = profiler.worker, threading.Event(), threading.Event()
+
+    def hold() -> None:
+        started.set()
+        gate.wait()
+
+    assert worker.submit(hold)
+    assert started.wait(timeout=60)
+    while worker.submit(lambda: None):  # fill the queue behind the held job
+        pass
+    try:
+        session = ort.InferenceSession(mlp_path, providers=CPU)
+        expected = session.run(None, X)
+        for _ in range(50):
+            assert same(session.run(None, X), expected)
+        assert "_otel_ort_twin" not in session.__dict__ and not list(profiler._twins)
+    finally:
+        gate.set()
+    assert flush_profiles(timeout=60)
+    served(session, X)
+    assert session.__dict__["_otel_ort_twin_attempts"] == 1
+
+
+EARLY_SESSIONS_SCRIPT = """
+import sys
+import numpy as np
+import onnxruntime as ort
+from otel_ort import OrtInstrumentor, flush_profiles
+
+old_file, new_file = sys.argv[1:]
+with open(new_file, "wb") as file:  # written after this process started
+    file.write(open(old_file, "rb").read())
+x = {"x": np.array([1.0, -2.0], np.float32)}
+sessions = [ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+            for path in (old_file, new_file)]
+OrtInstrumentor().instrument(profile_mode="serve", profile_dir=sys.argv[1] + ".profiles")
+for session in sessions:
+    session.run(None, x)
+    flush_profiles()
+    twin = session.__dict__["_otel_ort_twin"]
+    print(twin.state, twin.reason)
+"""
+
+
+def test_a_session_made_before_instrument_is_twinned_only_if_its_file_predates_the_process(
+    tmp_path: Path,
+) -> None:
+    """Its file's identity when the session read it is unknown: a file unchanged since the
+    process started is the one it read; one written later may not be."""
+    old_file = tmp_path / "neg.onnx"
+    old_file.write_bytes(unary_model("Neg"))
+    time.sleep(1.1)  # /proc's process start time may be up to 1 s early
+    completed = subprocess.run(
+        [sys.executable, "-c", EARLY_SESSIONS_SCRIPT, str(old_file), str(tmp_path / "new.onnx")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    old_line, new_line = completed.stdout.splitlines()
+    assert old_line.startswith("ready")
+    assert new_line.startswith("failed it was created before instrument()"), new_line
 
 
 @pytest.mark.parametrize("profiled", [False, True], ids=["served", "profiled"])

@@ -5,13 +5,14 @@ Python module (a separate copy of ORT) and returns what ``InferenceSession.run``
 """
 
 from otel_ort.capi.library import CApi, OrtError, UnsupportedOutput, UnsupportedValue, load_api
-from otel_ort.capi.session import CSession, SessionConfig
+from otel_ort.capi.session import CSession, SessionConfig, Termination
 
 __all__ = [
     "CApi",
     "CSession",
     "OrtError",
     "SessionConfig",
+    "Termination",
     "UnsupportedOutput",
     "UnsupportedValue",
     "load_api",

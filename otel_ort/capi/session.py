@@ -8,9 +8,10 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from otel_ort.capi.library import CApi, UnsupportedValue, ffi, load_api
+from otel_ort.capi.library import CApi, UnsupportedOutput, UnsupportedValue, ffi, load_api
 from otel_ort.capi.values import (
     MAP,
     ONNX_TYPE_NAMES,
@@ -55,6 +56,33 @@ class SessionConfig:
     providers: tuple[tuple[str, Mapping[str, str]], ...] = ((CPU, {}),)
 
 
+class Termination:
+    """Ends a ``CSession.run`` from any thread, as ``RunOptions.terminate = True`` ends ORT's
+    own run: ``request()`` before the run (it then fails at once) or while it is in flight."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requested = False
+        self._terminate: Callable[[], None] | None = None
+
+    def request(self) -> None:
+        with self._lock:
+            self._requested = True
+            if self._terminate is not None:
+                self._terminate()
+
+    def attach(self, terminate: Callable[[], None]) -> None:
+        """The run in flight (``CSession.run``): how to end it, until ``detach``."""
+        with self._lock:
+            self._terminate = terminate
+            if self._requested:
+                terminate()
+
+    def detach(self) -> None:
+        with self._lock:
+            self._terminate = None
+
+
 class CSession:
     """An ``OrtSession`` whose ``run`` returns what ``InferenceSession.run`` would.
 
@@ -76,6 +104,7 @@ class CSession:
         _ = api.env  # created first: its process-lifetime thread is not the session's
         before = _thread_ids()
         self._session = _create_session(api, config)
+        self._model = config.model  # bytes may be used in place (session.use_ort_model_bytes_*)
         python_threads = {str(thread.native_id) for thread in threading.enumerate()}
         self.thread_ids = tuple(sorted(int(t) for t in _thread_ids() - before - python_threads))
         """OS ids of the threads ORT started for this session (its intra-op pool): the
@@ -137,16 +166,57 @@ class CSession:
         run_tag: str | None = None,
         log_severity_level: int | None = None,
         run_config_entries: Mapping[str, str] | None = None,
-        terminate: bool = False,
+        termination: Termination | None = None,
     ) -> list[Any]:
         """Run the model on numpy ``feeds``; outputs as ``InferenceSession.run`` returns them.
 
         ``profile_prefix`` enables ORT's run-level profiling (API 25+): the run writes
-        ``<prefix>_<local time>.json``.
+        ``<prefix>_<local time>.json``. ``termination`` can end the run from another thread.
         """
         alone = profile_prefix is not None and not self._profiled
+        self._enter(alone)
+        try:
+            options = ffi.NULL
+            if (
+                profile_prefix is not None
+                or run_tag is not None
+                or log_severity_level is not None
+                or run_config_entries
+                or termination is not None
+            ):
+                options = _run_options(
+                    self._api, profile_prefix, run_tag, log_severity_level, run_config_entries
+                )
+            completed = False
+            try:
+                if termination is not None:
+                    termination.attach(partial(self._api.call, "RunOptionsSetTerminate", options))
+                outputs = self._run_with(options, feeds, output_names)
+                completed = True
+                return outputs
+            except UnsupportedOutput:  # the run completed: only an output could not be returned
+                completed = True
+                raise
+            finally:
+                if termination is not None:
+                    termination.detach()
+                if options:
+                    self._api.function("ReleaseRunOptions")(options)
+                if completed and profile_prefix is not None:
+                    self._profiled = True
+        finally:
+            with self._lock:
+                self._active -= 1
+                if alone:
+                    self._alone = False
+                if self._waiting:
+                    self._changed.notify_all()
+
+    def _enter(self, alone: bool) -> None:
+        """Admit a run (``alone``: once the runs in flight are done, holding new ones back
+        meanwhile); ``RuntimeError`` if the session is closed."""
         with self._lock:
-            if alone:  # wait for the runs in flight; hold new ones back meanwhile
+            if alone:
                 self._queued_alone += 1
                 try:
                     self._wait(lambda: self._closed or not (self._active or self._alone))
@@ -158,37 +228,6 @@ class CSession:
                 raise RuntimeError("CSession is closed")
             self._active += 1
             self._alone = alone
-        try:
-            options = ffi.NULL
-            if (
-                profile_prefix is not None
-                or run_tag is not None
-                or log_severity_level is not None
-                or run_config_entries
-                or terminate
-            ):
-                options = _run_options(
-                    self._api,
-                    profile_prefix,
-                    run_tag,
-                    log_severity_level,
-                    run_config_entries,
-                    terminate,
-                )
-            try:
-                outputs = self._run_with(options, feeds, output_names)
-            finally:
-                if options:
-                    self._api.function("ReleaseRunOptions")(options)
-            self._profiled = self._profiled or profile_prefix is not None
-            return outputs
-        finally:
-            with self._lock:
-                self._active -= 1
-                if alone:
-                    self._alone = False
-                if self._waiting:
-                    self._changed.notify_all()
 
     def last_run_started_ns(self) -> int:
         """When this thread's last ``run`` called ORT (ns since the epoch): the closest
@@ -350,7 +389,6 @@ def _run_options(
     run_tag: str | None,
     log_severity_level: int | None,
     config_entries: Mapping[str, str] | None,
-    terminate: bool,
 ) -> Any:
     """A new ``OrtRunOptions*`` (the caller releases it)."""
     out = ffi.new("OrtRunOptions**")
@@ -365,8 +403,6 @@ def _run_options(
             api.call("RunOptionsSetRunLogSeverityLevel", options, log_severity_level)
         for key, value in (config_entries or {}).items():
             api.call("AddRunConfigEntry", options, key.encode(), value.encode())
-        if terminate:
-            api.call("RunOptionsSetTerminate", options)
     except BaseException:
         api.function("ReleaseRunOptions")(options)
         raise

@@ -43,6 +43,7 @@ from otel_ort.capi import (
     CApi,
     CSession,
     OrtError,
+    Termination,
     UnsupportedOutput,
     UnsupportedValue,
     load_api,
@@ -55,6 +56,7 @@ from otel_ort.perf.report import count_profile
 from otel_ort.profiling.kept import publish_run, read_run
 from otel_ort.profiling.model import Profile
 from otel_ort.profiling.reader import ProfileError
+from otel_ort.profiling.recorded_options import follow_terminate
 from otel_ort.profiling.store import (
     ProfileDirError,
     ProfileStore,
@@ -133,6 +135,7 @@ class Profiler:
         perf = options.perf
         self.perf = PerfCounters(perf.events, perf.period_ns, perf.explicit) if perf else None
         self._lock = threading.Lock()
+        self._shut_down = False
         self._twins: weakref.WeakSet[Twin] = weakref.WeakSet()
         self._api: CApi | None = None
         self._delivery: tuple[object, SpanBuilder, SpanDelivery] | None = None
@@ -242,18 +245,28 @@ class Profiler:
         assert self._store is not None  # a twin is ready only once the store is
         if not self.worker.reserve():  # the conversion's place, so that no profile is lost
             return semconv.SKIP_BACKLOG, f"{self.worker.pending} profiles wait for conversion"
-        files = self._store.new_run()
+        files: RunFiles | None = None
+        termination = Termination()
+        unfollow = None if run_options is None else follow_terminate(run_options, termination)
         try:
+            files = self._store.new_run()
             counting = self._begin_counting(twin)
             try:
                 outputs, start_ns = twin.run(
-                    feeds, output_names or None, profile_prefix=files.prefix, **arguments
+                    feeds,
+                    output_names or None,
+                    profile_prefix=files.prefix,
+                    termination=termination,
+                    **arguments,
                 )
             finally:
                 counters = self._end_counting(counting, twin)
+                if unfollow is not None:
+                    unfollow()
         except BaseException as exc:  # ORT's error on the twin: ORT's own run will say it again
             self.worker.release()
-            self._discard(files)
+            if files is not None:
+                self._discard(files)
             if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: the caller's
                 raise
             reason = semconv.SKIP_VALUE if isinstance(exc, UnsupportedValue) else None
@@ -310,6 +323,7 @@ class Profiler:
         """Hand a profiled run to the worker (into the place ``attempt`` reserved); the worker
         ends ``span`` at ``end_ns``."""
         self.worker.submit(lambda: self._convert(span, end_ns, run, session_facts), reserved=True)
+        self._shut_down_first_at_exit()  # about 1 µs
 
     # -- twins ----------------------------------------------------------------------------
 
@@ -318,6 +332,8 @@ class Profiler:
             twin = session.__dict__.get(_TWIN_KEY)
             if twin is not None and twin.state != "closed" and twin.matches(self, session):
                 return semconv.SKIP_TWIN_NOT_READY, "the twin is being built"
+            if not self.worker.reserve():  # first: a twin that cannot be built is not made
+                return semconv.SKIP_BACKLOG, "no room in the worker's queue to build the twin"
             attempts = session.__dict__.get(_ATTEMPTS_KEY, 0) + 1
             if twin is not None and twin.state != "closed":  # superseded: ORT rebuilt the session
                 self.worker.submit(partial(twin.close, 0))  # released once runs in flight end
@@ -328,13 +344,12 @@ class Profiler:
             weakref.finalize(session, _release_twin, weakref.ref(self), twin)
         session_ref = weakref.ref(session)
         copied = dict(feeds)
-        if not self.worker.submit(
+        self.worker.submit(
             lambda: _guarded(
                 twin, lambda: self._build(twin, session_ref, copied, output_names, attempts)
-            )
-        ):
-            twin.close()
-            return semconv.SKIP_BACKLOG, "no room in the worker's queue to build the twin"
+            ),
+            reserved=True,
+        )
         return semconv.SKIP_TWIN_NOT_READY, "the twin is being built"
 
     def _build(
@@ -554,9 +569,20 @@ class Profiler:
         self._flush_provider(deadline)
         return done
 
+    def _shut_down_first_at_exit(self) -> None:
+        """Move ``shutdown`` to the front of the exit handlers (``atexit`` calls the last
+        registered first): a tracer provider made after ``instrument()`` registered its own
+        shutdown later, and would otherwise drop the spans ``shutdown`` still delivers."""
+        with self._lock:
+            if not self._shut_down:
+                atexit.unregister(self.shutdown)
+                atexit.register(self.shutdown)
+
     def shutdown(self, timeout: float = _SHUTDOWN_TIMEOUT_S) -> None:
         """Convert what is pending, flush spans, close every twin, stop the worker thread:
         within ``timeout`` in all."""
+        with self._lock:
+            self._shut_down = True
         atexit.unregister(self.shutdown)
         deadline = time.monotonic() + timeout
         self.worker.stop(timeout)

@@ -2,7 +2,9 @@
 
 ORT's Python options are write-only for config entries, free-dimension overrides and the
 like; the twin of a session needs them, so while instrumented the methods in
-``OPTION_RECORDERS`` note each call against its (weakly referenced) options object.
+``OPTION_RECORDERS`` note each call against its (weakly referenced) options object. Setting
+``RunOptions.terminate`` also ends the twin runs that follow that object (``follow_terminate``),
+as it ends ORT's own.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from otel_ort.capi import Termination
+from otel_ort.failures import report_failure
 
 _RECORDED: weakref.WeakKeyDictionary[Any, list[tuple[str, tuple[Any, ...]]]] = (
     weakref.WeakKeyDictionary()
@@ -50,7 +55,8 @@ OPTION_RECORDERS = {
 
 
 def install_recorders(module: Any) -> None:
-    """Record calls of ``OPTION_RECORDERS`` methods on the classes of ORT's pybind ``module``.
+    """Record calls of ``OPTION_RECORDERS`` methods on the classes of ORT's pybind ``module``,
+    and forward ``RunOptions.terminate`` to the twin runs following it.
 
     wrapt cannot be used here: ``getattr`` on a pybind class returns the bare builtin, and
     putting that back on ``uninstrument()`` would leave a method that no longer binds ``self``.
@@ -62,6 +68,11 @@ def install_recorders(module: Any) -> None:
             if name in cls.__dict__ and (cls, name) not in _originals:
                 _originals[cls, name] = cls.__dict__[name]
                 setattr(cls, name, _recorder(name, getattr(cls, name)))
+    cls = module.RunOptions
+    terminate = cls.__dict__.get("terminate")
+    if isinstance(terminate, property) and (cls, "terminate") not in _originals:
+        _originals[cls, "terminate"] = terminate
+        cls.terminate = _forwarding_terminate(terminate)
 
 
 def uninstall_recorders() -> None:
@@ -83,6 +94,47 @@ def _recorder(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return record
+
+
+_FOLLOWERS: dict[int, list[Termination]] = {}
+"""``id(RunOptions)`` → the terminations of twin runs in flight with it (the caller holds it)."""
+
+
+def follow_terminate(run_options: Any, termination: Termination) -> Callable[[], None]:
+    """Request ``termination`` when ``run_options.terminate`` is True now or set later, from
+    any thread, until the returned function is called (when the twin's run has returned)."""
+    key = id(run_options)
+    with _recorded_lock:
+        _FOLLOWERS.setdefault(key, []).append(termination)
+    if run_options.terminate:
+        termination.request()
+
+    def stop() -> None:
+        with _recorded_lock:
+            followers = _FOLLOWERS.get(key, [])
+            followers.remove(termination)
+            if not followers:
+                del _FOLLOWERS[key]
+
+    return stop
+
+
+def _forwarding_terminate(original: property) -> property:
+    """``RunOptions.terminate`` that, set to True, also ends the twin runs following it."""
+
+    def set_terminate(self: Any, value: bool) -> None:
+        original.__set__(self, value)
+        if not value:
+            return
+        with _recorded_lock:
+            followers = list(_FOLLOWERS.get(id(self), ()))
+        for termination in followers:
+            try:
+                termination.request()
+            except Exception:  # never the setter's caller's problem
+                report_failure("could not end a twin's run")
+
+    return property(original.__get__, set_terminate, doc=original.__doc__)
 
 
 def recorded_calls(options: Any) -> list[tuple[str, tuple[Any, ...]]]:
@@ -127,11 +179,47 @@ def snapshot_options(session: Any, init_kwargs: Mapping[str, Any]) -> None:
         session.__dict__[_MODEL_FILE_KEY] = _file_identity(path)
 
 
-def model_file_changed(session: Any) -> bool:
-    """Whether the session's model file is no longer the file it was created from (a new
-    export to the same path, say): known for sessions created while instrumented."""
+def model_file_problem(session: Any) -> str:
+    """Why the session's model file may no longer be the file it was created from (a new
+    export to the same path, say), or ``""``. A session created while instrumented is checked
+    against the file as it was then; for one created before, the file must not have changed
+    since this process started (before that, no session of it could have read the file)."""
+    path = getattr(session, "_model_path", None)
+    if not path:
+        return ""
     recorded = session.__dict__.get(_MODEL_FILE_KEY)
-    return recorded is not None and _file_identity(session._model_path) != recorded
+    if recorded is not None:
+        if _file_identity(path) == recorded:
+            return ""
+        return (
+            "its model file changed after the session was created: a twin would load the new model"
+        )
+    started = _process_start()
+    try:
+        info = os.stat(path)
+    except (OSError, TypeError, ValueError) as exc:
+        return f"its model file cannot be read ({exc}): a twin could not load the same model"
+    if started is not None and max(info.st_mtime, info.st_ctime) < started:
+        return ""
+    return (
+        "it was created before instrument() and its model file changed after this process "
+        "started, maybe after the session read it: a twin could load another model; create "
+        "the session after instrument()"
+    )
+
+
+@functools.cache
+def _process_start() -> float | None:
+    """When this process started (s since the epoch, at most 1 s early), from /proc; ``None``
+    where unknown."""
+    try:
+        with open("/proc/self/stat", "rb") as stat_file:  # comm may hold spaces: after ")"
+            ticks = int(stat_file.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/stat", "rb") as system:
+            boot = next(int(line.split()[1]) for line in system if line.startswith(b"btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def _file_identity(path: Any) -> tuple[int, ...] | None:

@@ -1,10 +1,13 @@
 """The profile directory: where ORT writes a profiled run's file, where the kept file goes, and
 how many are kept.
 
-Layout: ORT writes each profiled run into ``<dir>/.pending/<pid>-<n>_<ORT's timestamp>.json``
+Layout: ORT writes each profiled run into ``<dir>/.pending/<tag>-<n>_<ORT's timestamp>.json``
 (every run its own prefix: runs sharing one collide); the worker then publishes the enriched
-file as ``<dir>/otel-ort_<local time>_<pid>-<n>.json`` (its path is known before the run, so
-the run span can name it) and deletes the pending one.
+file as ``<dir>/otel-ort_<local time>_<tag>-<n>.json`` (its path is known before the run, so
+the run span can name it) and deletes the pending one. ``<tag>`` is the pid and a random
+part: processes in other pid namespaces (containers) may share the directory, and a pid comes
+back. Raw and temporary files an hour old are leftovers of a process that ended first: the
+next store made for the directory deletes them, and logs how many.
 
 Safety: the directory is created 0700; an existing one must be a real directory (not a
 symlink), owned by this user, writable, and closed to group and others. Published files are
@@ -17,17 +20,22 @@ from __future__ import annotations
 import contextlib
 import glob
 import itertools
+import logging
 import os
+import secrets
 import stat
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
 
+_logger = logging.getLogger("otel_ort")
+
 DEFAULT_MAX_FILES = 1000
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 _PENDING = ".pending"
 _PREFIX = "otel-ort_"
+_LEFTOVER_AGE_S = 3600.0
 
 
 class ProfileDirError(ValueError):
@@ -106,16 +114,37 @@ class ProfileStore:
         self._numbers = itertools.count(1)
         self._published = os.path.join(self.directory, _PREFIX)
         self._pending = self._tag = ""
-        """``<dir>/.pending/<pid>-`` and ``<pid>-``: what a run's names start with."""
+        """``<dir>/.pending/<tag>-`` and ``<tag>-``: what a run's names start with."""
         self._stamp = (0, "")
         """The local time of the last name, by the second (formatting it costs tens of µs)."""
         self._lock = threading.Lock()
         self._kept, self._kept_bytes = self._scan()  # oldest first
         self._name_for_this_process()
+        self._remove_leftovers()
 
     def _name_for_this_process(self) -> None:
-        self._tag = f"{os.getpid()}-"
+        self._tag = f"{os.getpid()}-{secrets.token_hex(3)}-"
         self._pending = os.path.join(self.directory, _PENDING, self._tag)
+
+    def _remove_leftovers(self) -> None:
+        """Delete raw and temporary files older than ``_LEFTOVER_AGE_S``: a run's live for
+        seconds, so these belong to processes that ended before converting them."""
+        leftovers = glob.glob(os.path.join(glob.escape(self.directory), _PENDING, "*.json"))
+        leftovers += glob.glob(os.path.join(glob.escape(self.directory), f"{_PREFIX}*.tmp"))
+        old = time.time() - _LEFTOVER_AGE_S
+        removed = 0
+        for path in leftovers:
+            with contextlib.suppress(OSError):
+                if os.lstat(path).st_mtime < old:
+                    os.unlink(path)
+                    removed += 1
+        if removed:
+            _logger.info(
+                "otel-ort: deleted %d raw profile file(s) in %s left by processes that ended "
+                "before converting them",
+                removed,
+                self.directory,
+            )
 
     def new_run(self) -> RunFiles:
         """Fresh, unique names for one profiled run (cheap: called on the request thread)."""
@@ -138,8 +167,8 @@ class ProfileStore:
     @staticmethod
     def publish(data: bytes, path: str) -> None:
         """Write ``data`` to ``path`` as a 0600 file, atomically."""
-        temporary = f"{path}.tmp"
-        fd = os.open(temporary, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        temporary = f"{path}.tmp"  # unique, as ``path`` is; O_EXCL: ours, and 0600
+        fd = os.open(temporary, os.O_CREAT | os.O_WRONLY | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             with os.fdopen(fd, "wb") as file:
                 file.write(data)

@@ -6,8 +6,8 @@ are write-only, so :mod:`otel_ort.profiling.recorded_options` records those call
 twin gets what was recorded for the options its session was created with. Calls made before
 ``instrument()`` cannot be seen; the twin then runs with ORT's defaults for them. Options the
 twin cannot reproduce (initializers added from Python, custom-op libraries, plugin EPs, LoRA
-adapters, providers other than CPU) make the session's runs unprofilable, with the
-reason on their spans.
+adapters, providers other than CPU), and models with random operators, make the session's
+runs unprofilable, with the reason on their spans.
 
 Config entries that make ORT write files (EP context models, saved optimized models) are not
 copied: the twin must not overwrite the user's files.
@@ -23,9 +23,10 @@ from typing import Any
 
 from otel_ort.capi import CSession, SessionConfig
 from otel_ort.perf.counting import Pool
+from otel_ort.profiling.model_ops import UnreadableModel, random_ops
 from otel_ort.profiling.recorded_options import (
     created_while_recording,
-    model_file_changed,
+    model_file_problem,
     recorded_calls,
     session_calls,
 )
@@ -55,16 +56,27 @@ class TwinUnavailable(Exception):
 
 def twin_config(session: Any) -> SessionConfig:
     """The C-API session config reproducing ``session``; ``TwinUnavailable`` if impossible."""
-    model = getattr(session, "_model_path", None) or getattr(session, "_model_bytes", None)
-    if not model:
+    given = getattr(session, "_model_path", None) or getattr(session, "_model_bytes", None)
+    if not given:
         raise TwinUnavailable("the session's model path or bytes are not known")
+    model = os.fspath(given) if isinstance(given, str | os.PathLike) else bytes(given)
     live = session.get_session_options()
     config_entries: dict[str, str] = {}
     by_name: dict[str, int] = {}
     by_denotation: dict[str, int] = {}
-    if model_file_changed(session):
+    problem = model_file_problem(session)
+    if problem:
+        raise TwinUnavailable(problem)
+    try:
+        randoms = random_ops(model)
+    except (OSError, UnreadableModel) as exc:
         raise TwinUnavailable(
-            "its model file changed after the session was created: a twin would load the new model"
+            f"its model could not be checked for random operators: {exc}"
+        ) from None
+    if randoms:
+        raise TwinUnavailable(
+            f"the model has random operators ({', '.join(randoms)}): a twin, a second copy of "
+            "ORT with its own random state, would not return the session's numbers"
         )
     if getattr(session, "_read_config_from_model", False):
         raise TwinUnavailable("the session reads its options from the model file")
@@ -83,7 +95,7 @@ def twin_config(session: Any) -> SessionConfig:
             by_denotation[str(args[0])] = int(args[1])
     severity = int(live.log_severity_level)
     return SessionConfig(
-        model=os.fspath(model) if isinstance(model, str | os.PathLike) else bytes(model),
+        model=model,
         intra_op_num_threads=int(live.intra_op_num_threads),
         inter_op_num_threads=int(live.inter_op_num_threads),
         graph_optimization_level=int(live.graph_optimization_level),
@@ -118,10 +130,11 @@ def required_inputs(session: Any) -> frozenset[str]:
 
 
 def run_options_arguments(run_options: Any) -> dict[str, Any]:
-    """``CSession.run`` keyword arguments reproducing a Python ``RunOptions`` (or ``None``)."""
+    """``CSession.run`` keyword arguments reproducing a Python ``RunOptions`` (or ``None``),
+    but its ``terminate`` flag (``follow_terminate``)."""
     if run_options is None:
         return {}
-    arguments: dict[str, Any] = {"terminate": bool(run_options.terminate)}
+    arguments: dict[str, Any] = {}
     if run_options.logid:
         arguments["run_tag"] = str(run_options.logid)
     if run_options.log_severity_level >= 0:

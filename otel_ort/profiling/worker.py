@@ -3,8 +3,10 @@
 Jobs (building a twin, converting a profiled run) run in submission order. The queue is
 bounded: ``submit`` refuses a job when ``max_pending`` are waiting or promised, and the
 caller counts that. A caller that must not be refused later (a profiled run, whose profile
-is about to exist) ``reserve``s a place first and submits into it. ``drain`` waits until
-everything submitted so far has run; ``stop`` drains, then ends the thread. The thread
+is about to exist) ``reserve``s a place first and submits into it, from the same thread.
+``drain`` waits until everything submitted so far has run, and every place reserved by
+other threads has been used or released (the caller's own cannot be: it is still on its way
+to them, e.g. a ``response_hook`` that flushes); ``stop`` drains, then ends the thread. The thread
 starts on the first job and is a daemon, so a process that never calls ``stop`` can still
 exit (``atexit`` handlers drain first).
 
@@ -38,6 +40,7 @@ class Worker:
         self._condition = threading.Condition()
         self._busy = False
         self._reserved = 0
+        self._reserved_by: dict[int, int] = {}  # thread ident → places it reserved
         self._stopping = False
         self._thread: threading.Thread | None = None
 
@@ -48,13 +51,24 @@ class Worker:
             if not self._has_room():
                 return False
             self._reserved += 1
+            me = threading.get_ident()
+            self._reserved_by[me] = self._reserved_by.get(me, 0) + 1
             return True
 
     def release(self) -> None:
         """Give back a reserved place that will not be used."""
         with self._condition:
-            self._reserved -= 1
+            self._unreserve()
             self._condition.notify_all()
+
+    def _unreserve(self) -> None:
+        self._reserved -= 1
+        me = threading.get_ident()
+        left = self._reserved_by.get(me, 0) - 1
+        if left > 0:
+            self._reserved_by[me] = left
+        else:
+            self._reserved_by.pop(me, None)
 
     def _has_room(self) -> bool:
         return not self._stopping and len(self._jobs) + self._reserved < self.max_pending
@@ -64,7 +78,7 @@ class Worker:
         queue is full or the worker is stopping."""
         with self._condition:
             if reserved:
-                self._reserved -= 1
+                self._unreserve()
             elif not self._has_room():
                 return False
             self._jobs.append(job)
@@ -82,7 +96,8 @@ class Worker:
             return self._condition.wait_for(self._idle, timeout)
 
     def _idle(self) -> bool:
-        return not self._jobs and not self._busy and not self._reserved
+        mine = self._reserved_by.get(threading.get_ident(), 0)
+        return not self._jobs and not self._busy and self._reserved == mine
 
     def stop(self, timeout: float | None = None) -> bool:
         """Run what is queued or reserved, then end the thread; ``False`` if it did not end in
@@ -120,5 +135,5 @@ class Worker:
                 self._busy = True
             try:
                 job()
-            except Exception:
+            except BaseException:  # SystemExit from a span processor, say: the thread goes on
                 report_failure(f"a background job of {self.name} failed")

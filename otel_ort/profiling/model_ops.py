@@ -1,0 +1,138 @@
+"""The operators of an ONNX model, read straight from its protobuf encoding (no ``onnx``
+package needed), to find those a twin cannot reproduce: random number generators.
+
+A twin is a second copy of ORT whose random state is its own: ``onnxruntime.set_seed()``
+does not reach it, and a seeded kernel's sequence advances with that copy's runs. So a model
+with a random op gets no twin; its runs say so.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+
+RANDOM_OPS = frozenset(
+    {
+        ("", "RandomNormal"),
+        ("", "RandomNormalLike"),
+        ("", "RandomUniform"),
+        ("", "RandomUniformLike"),
+        ("", "Multinomial"),
+        ("", "Bernoulli"),
+        ("com.microsoft", "BiasDropout"),
+        ("com.microsoft", "BitmaskDropout"),
+        ("com.microsoft", "BitmaskBiasDropout"),
+    }
+)
+"""(domain, op type) of the operators whose outputs are random (``ai.onnx`` spelled ``""``);
+``Dropout`` too when its ``training_mode`` input is given."""
+
+# field numbers in onnx.proto
+_MODEL_GRAPH, _MODEL_FUNCTIONS = 7, 25
+_GRAPH_NODE = 1
+_FUNCTION_NODE = 7
+_NODE_INPUT, _NODE_OP_TYPE, _NODE_ATTRIBUTE, _NODE_DOMAIN = 1, 4, 5, 7
+_ATTRIBUTE_GRAPH, _ATTRIBUTE_GRAPHS = 6, 11
+_LENGTH_DELIMITED = 2
+_ORT_FORMAT_ID = b"ORTM"
+"""An ORT-format model (FlatBuffers) carries this file identifier at bytes 4..8."""
+
+
+class UnreadableModel(ValueError):
+    """The model's operators cannot be listed; the message says why."""
+
+
+def random_ops(model: str | bytes) -> list[str]:
+    """The random operators of ``model`` (a path or the serialized model), subgraphs and
+    model-local functions included, as ``domain:op_type`` (``ai.onnx`` ones bare)."""
+    if isinstance(model, bytes):
+        return _random_ops(model)
+    with open(model, "rb") as file:
+        if os.fstat(file.fileno()).st_size == 0:
+            raise UnreadableModel("the model file is empty")
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            return _random_ops(mapped)
+
+
+def _random_ops(raw: bytes | mmap.mmap) -> list[str]:
+    if raw[4:8] == _ORT_FORMAT_ID:  # FlatBuffers, not read here: any mention counts
+        return sorted(op for _, op in RANDOM_OPS if raw.find(op.encode()) >= 0)
+    found: set[str] = set()
+    with memoryview(raw) as data:
+        try:
+            _model(data, found)
+        except IndexError:
+            raise UnreadableModel("its protobuf encoding is cut short") from None
+    return sorted(found)
+
+
+def _model(data: memoryview, found: set[str]) -> None:
+    for field, start, end in _fields(data, 0, len(data)):
+        if field == _MODEL_GRAPH:
+            _graph(data, start, end, _GRAPH_NODE, found)
+        elif field == _MODEL_FUNCTIONS:
+            _graph(data, start, end, _FUNCTION_NODE, found)
+
+
+def _graph(data: memoryview, start: int, end: int, node_field: int, found: set[str]) -> None:
+    """Check the nodes of a GraphProto (or a FunctionProto's, ``node_field`` 7)."""
+    for field, node_start, node_end in _fields(data, start, end):
+        if field != node_field:
+            continue
+        op_type = domain = ""
+        inputs: list[bytes] = []
+        for node_field_number, value_start, value_end in _fields(data, node_start, node_end):
+            value = data[value_start:value_end]
+            if node_field_number == _NODE_OP_TYPE:
+                op_type = bytes(value).decode(errors="replace")
+            elif node_field_number == _NODE_DOMAIN:
+                domain = bytes(value).decode(errors="replace")
+            elif node_field_number == _NODE_INPUT:
+                inputs.append(bytes(value))
+            elif node_field_number == _NODE_ATTRIBUTE:
+                for attribute_field, g_start, g_end in _fields(data, value_start, value_end):
+                    if attribute_field in (_ATTRIBUTE_GRAPH, _ATTRIBUTE_GRAPHS):
+                        _graph(data, g_start, g_end, _GRAPH_NODE, found)
+        domain = "" if domain == "ai.onnx" else domain
+        training = op_type == "Dropout" and domain == "" and len(inputs) > 2 and inputs[2]
+        if (domain, op_type) in RANDOM_OPS or training:
+            found.add(f"{domain}:{op_type}" if domain else op_type)
+
+
+def _fields(data: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(field number, start, end) of each length-delimited field in ``data[start:end]``;
+    other wire types are skipped."""
+    position = start
+    while position < end:
+        key, position = _varint(data, position)
+        wire_type = key & 7
+        if wire_type == _LENGTH_DELIMITED:
+            length, position = _varint(data, position)
+            if position + length > end:
+                raise IndexError("field runs past its message")
+            yield key >> 3, position, position + length
+            position += length
+        elif wire_type == 0:
+            _, position = _varint(data, position)
+        elif wire_type == 1:
+            position += 8
+        elif wire_type == 5:
+            position += 4
+        else:
+            raise IndexError(f"wire type {wire_type}")
+    if position != end:
+        raise IndexError("field runs past its message")
+
+
+def _varint(data: memoryview, position: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, position
+        shift += 7
+        if shift > 63:
+            raise IndexError("varint longer than 10 bytes")
