@@ -194,7 +194,7 @@ def model_file_problem(session: Any) -> str:
         return (
             "its model file changed after the session was created: a twin would load the new model"
         )
-    started = _process_start()
+    started = _PROCESS_START
     try:
         info = os.stat(path)
     except (OSError, TypeError, ValueError) as exc:
@@ -208,7 +208,6 @@ def model_file_problem(session: Any) -> str:
     )
 
 
-@functools.cache
 def _process_start() -> float | None:
     """When this process started (s since the epoch, at most 1 s early), from /proc; ``None``
     where unknown."""
@@ -238,3 +237,7 @@ def session_calls(session: Any) -> tuple[Calls, str]:
     if getattr(session, "_sess_options_initial", None) is not None:
         return [], "it was created before instrument() with SessionOptions that cannot be read"
     return [], ""  # created before instrument() with ORT's defaults
+
+
+_PROCESS_START = _process_start()
+"""Read at import: a forked child keeps its parent's (its sessions may be the parent's)."""
