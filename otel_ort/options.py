@@ -3,18 +3,31 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import Span, TracerProvider
 
 from otel_ort import environment_variables as env
-from otel_ort.perf.events import EventSelection, default_event_names, parse_events
-from otel_ort.profiling.store import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
+from otel_ort.perf.events import (
+    EventSelection,
+    PerfConfigError,
+    default_event_names,
+    parse_events,
+)
+from otel_ort.profiling.store import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_FILES,
+    ProfileDirError,
+    prepare_dir,
+)
 from otel_ort.sampling import Never, ProfileSampler, parse_sampler
+
+_logger = logging.getLogger("otel_ort")
 
 RequestHook = Callable[[Span, Any, Any], None]
 """``request_hook(span, session, feeds)``: called before the run, when the span is recording."""
@@ -86,7 +99,9 @@ _PERF_OFF = ("off", "none", "false", "0")
 
 
 def parse_options(kwargs: Mapping[str, Any]) -> Options:
-    """Check ``instrument()``'s options; raise ``ValueError``/``TypeError`` naming the fix."""
+    """Check ``instrument()``'s options; raise ``ValueError``/``TypeError`` naming the fix.
+    An ``OTEL_ORT_*`` variable otel-ort cannot use is logged instead, and profiling is off:
+    under ``opentelemetry-instrument`` an error would stop every instrumentation."""
     unknown = sorted(set(kwargs) - set(_EXPECTED) - set(_PROFILE_KEYS) - BASE_KEYS)
     if unknown:
         raise ValueError(
@@ -102,78 +117,135 @@ def parse_options(kwargs: Mapping[str, Any]) -> Options:
                 f"OrtInstrumentor.instrument({key}=...) must be {description}, "
                 f"got {_describe(value)}"
             )
-    return Options(**values, profiling=_profiling_options(kwargs))
+    try:
+        profiling = _profiling_options(kwargs)
+    except SettingError as exc:  # never fail opentelemetry-instrument's start over a variable
+        _logger.error("otel-ort: %s; runs are traced but not profiled", exc)
+        profiling = ProfilingOptions(mode="off")
+    return Options(**values, profiling=profiling)
 
 
 def _profiling_options(kwargs: Mapping[str, Any]) -> ProfilingOptions:
-    """The ``profile_*`` options, each falling back to its ``OTEL_ORT_PROFILE_*`` variable."""
-    sampler = _setting(kwargs, "profile_sampler", env.OTEL_ORT_PROFILE_SAMPLER)
-    if isinstance(sampler, str):
-        sampler = parse_sampler(sampler)
-    elif sampler is None:
-        sampler = Never()
-    elif not isinstance(sampler, ProfileSampler):
-        raise TypeError(
-            "OrtInstrumentor.instrument(profile_sampler=...) must be an otel_ort.sampling "
-            f"sampler (Always(), Ratio(0.01), ...) or its text form, got {_describe(sampler)}"
-        )
-    directory = _setting(kwargs, "profile_dir", env.OTEL_ORT_PROFILE_DIR)
-    if directory is not None and not isinstance(directory, str | os.PathLike):
-        raise TypeError(
-            "OrtInstrumentor.instrument(profile_dir=...) must be a path, "
-            f"got {_describe(directory)}"
-        )
-    mode = str(_setting(kwargs, "profile_mode", env.OTEL_ORT_PROFILE_MODE) or "twin").lower()
-    if mode not in PROFILE_MODES:
-        raise ValueError(
-            f"OrtInstrumentor.instrument(profile_mode={mode!r}): use one of {PROFILE_MODES}"
-        )
+    """The ``profile_*`` and ``perf_*`` options, each falling back to its variable."""
+    sampler = _parsed(kwargs, "profile_sampler", _sampler) or Never()
+    directory = _parsed(kwargs, "profile_dir", _directory)
+    mode = _parsed(kwargs, "profile_mode", _mode) or "twin"
     return ProfilingOptions(
         sampler=sampler,
-        directory=os.fspath(directory) if directory is not None else None,
-        max_files=_positive(kwargs, "profile_max_files", env.OTEL_ORT_PROFILE_MAX_FILES)
-        or DEFAULT_MAX_FILES,
-        max_bytes=_positive(kwargs, "profile_max_bytes", env.OTEL_ORT_PROFILE_MAX_BYTES)
-        or DEFAULT_MAX_BYTES,
+        directory=directory,
+        max_files=_parsed(kwargs, "profile_max_files", _positive) or DEFAULT_MAX_FILES,
+        max_bytes=_parsed(kwargs, "profile_max_bytes", _positive) or DEFAULT_MAX_BYTES,
         mode=mode,
         perf=perf_options(kwargs),
     )
 
 
-def perf_options(kwargs: Mapping[str, Any]) -> PerfOptions | None:
+def perf_options(
+    kwargs: Mapping[str, Any], argument: Callable[[str], str] | None = None
+) -> PerfOptions | None:
     """``perf_events`` (or ``$OTEL_ORT_PERF_EVENTS``): off, the defaults, a list or comma-
     separated string of events, or a perf_config.json path; and ``perf_period_ns`` (or
-    ``$OTEL_ORT_PERF_PERIOD_NS``). ``None``: perf is off."""
-    value = _setting(kwargs, "perf_events", env.OTEL_ORT_PERF_EVENTS)
-    if value is False or (isinstance(value, str) and value.strip().lower() in _PERF_OFF):
+    ``$OTEL_ORT_PERF_PERIOD_NS``). ``None``: perf is off. ``argument``: how errors name an
+    option (``instrument()``'s by default)."""
+    events = _parsed(kwargs, "perf_events", _events, argument)
+    if events is False:
         return None
-    period = _positive(kwargs, "perf_period_ns", env.OTEL_ORT_PERF_PERIOD_NS)
-    if value is None or value is True or value == "default":
+    period = _parsed(kwargs, "perf_period_ns", _positive, argument)
+    if events is None:
         return PerfOptions(period_ns=period)
+    return PerfOptions(events, explicit=True, period_ns=period)
+
+
+class SettingError(ValueError):
+    """An ``OTEL_ORT_*`` variable otel-ort cannot use; the message names it and the fix."""
+
+
+_VARIABLES = {
+    "profile_sampler": env.OTEL_ORT_PROFILE_SAMPLER,
+    "profile_dir": env.OTEL_ORT_PROFILE_DIR,
+    "profile_max_files": env.OTEL_ORT_PROFILE_MAX_FILES,
+    "profile_max_bytes": env.OTEL_ORT_PROFILE_MAX_BYTES,
+    "profile_mode": env.OTEL_ORT_PROFILE_MODE,
+    "perf_events": env.OTEL_ORT_PERF_EVENTS,
+    "perf_period_ns": env.OTEL_ORT_PERF_PERIOD_NS,
+}
+T = TypeVar("T")
+
+
+def _parsed(
+    kwargs: Mapping[str, Any],
+    key: str,
+    parse: Callable[[Any, str], T],
+    argument: Callable[[str], str] | None = None,
+) -> T | None:
+    """``parse(value, source)`` of the argument ``key``, else of its variable (``None`` if
+    neither is set); a bad variable raises ``SettingError``."""
+    if kwargs.get(key) is not None:
+        source = argument(key) if argument else f"OrtInstrumentor.instrument({key}=...)"
+        return parse(kwargs[key], source)
+    variable = _VARIABLES[key]
+    value = os.environ.get(variable)
+    if not value:
+        return None
+    try:
+        return parse(value, f"${variable}")
+    except (ValueError, TypeError) as exc:
+        raise SettingError(str(exc)) from None
+
+
+def _sampler(value: Any, source: str) -> ProfileSampler:
+    if isinstance(value, str):
+        try:
+            return parse_sampler(value)
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
+    if not isinstance(value, ProfileSampler):
+        raise TypeError(
+            f"{source} must be an otel_ort.sampling sampler (Always(), Ratio(0.01), ...) or "
+            f"its text form, got {_describe(value)}"
+        )
+    return value
+
+
+def _directory(value: Any, source: str) -> str:
+    if not isinstance(value, str | os.PathLike):
+        raise TypeError(f"{source} must be a path, got {_describe(value)}")
+    try:
+        return prepare_dir(os.fspath(value))
+    except ProfileDirError as exc:
+        raise ProfileDirError(f"{source}: {exc}") from None
+
+
+def _mode(value: Any, source: str) -> str:
+    mode = str(value).lower()
+    if mode not in PROFILE_MODES:
+        raise ValueError(f"{source} is {value!r}: use one of {', '.join(PROFILE_MODES)}")
+    return mode
+
+
+def _events(value: Any, source: str) -> EventSelection | Literal[False] | None:
+    """The events asked for; ``False``: perf off; ``None``: the defaults."""
+    if value is False or (isinstance(value, str) and value.strip().lower() in _PERF_OFF):
+        return False
+    if value is True or value == "default":
+        return None
     if not isinstance(value, str | os.PathLike | list | tuple):
         raise TypeError(
-            "OrtInstrumentor.instrument(perf_events=...) must be a list of event names, a "
-            "comma-separated string, a perf_config.json path, True or False, got "
-            f"{_describe(value)}"
+            f"{source} must be a list of event names, a comma-separated string, a "
+            f"perf_config.json path, True or False, got {_describe(value)}"
         )
-    return PerfOptions(parse_events(value), explicit=True, period_ns=period)
+    try:
+        return parse_events(value)
+    except PerfConfigError as exc:
+        raise PerfConfigError(f"{source}: {exc}") from None
 
 
-def _setting(kwargs: Mapping[str, Any], key: str, variable: str) -> Any:
-    value = kwargs.get(key)
-    return value if value is not None else os.environ.get(variable) or None
-
-
-def _positive(kwargs: Mapping[str, Any], key: str, variable: str) -> int | None:
-    value = _setting(kwargs, key, variable)
-    if value is None:
-        return None
+def _positive(value: Any, source: str) -> int:
     try:
         number = int(value)
     except (TypeError, ValueError):
         number = 0
     if number < 1 or isinstance(value, bool | float):
-        source = f"${variable}" if key not in kwargs else f"OrtInstrumentor.instrument({key}=...)"
         raise ValueError(f"{source} must be a whole number >= 1, got {value!r}")
     return number
 

@@ -29,10 +29,8 @@ from opentelemetry.trace import SpanContext, format_span_id, format_trace_id
 
 from otel_ort.capi import CApi, CSession, OrtError, SessionConfig, UnsupportedValue, load_api
 from otel_ort.delivery import SpanDelivery
-from otel_ort.environment_variables import OTEL_ORT_PERF_EVENTS
 from otel_ort.options import PerfOptions, perf_options
 from otel_ort.perf.counting import Counting, PerfCounters, Pool, RawRun
-from otel_ort.perf.events import PerfConfigError
 from otel_ort.perf.report import ProfileCounts, count_profile
 from otel_ort.pipeline import CountingSpanExporter, Endpoint, otlp_span_exporter
 from otel_ort.profiling.chrome import VIEWERS
@@ -214,11 +212,8 @@ def _load_array(name: str, path: str) -> Any:
 
 def _perf_options(events: str | None) -> PerfOptions | None:
     try:
-        return perf_options({"perf_events": events})
-    except PerfConfigError as exc:
-        source = "--perf-events" if events is not None else f"${OTEL_ORT_PERF_EVENTS}"
-        raise UserError(f"{source}: {exc}") from None
-    except ValueError as exc:  # it names the variable
+        return perf_options({"perf_events": events}, lambda key: "--" + key.replace("_", "-"))
+    except ValueError as exc:  # it names the option or the variable
         raise UserError(str(exc)) from None
 
 

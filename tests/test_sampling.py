@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from opentelemetry import baggage
@@ -95,14 +96,16 @@ def test_bad_text_forms_say_what_is_valid(text: str, message: str) -> None:
         parse_sampler(text)
 
 
-def test_instrument_options_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_instrument_options_and_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("OTEL_ORT_PROFILE_SAMPLER", "every:5")
-    monkeypatch.setenv("OTEL_ORT_PROFILE_DIR", "/tmp/somewhere")
+    monkeypatch.setenv("OTEL_ORT_PROFILE_DIR", str(tmp_path / "somewhere"))
     monkeypatch.setenv("OTEL_ORT_PROFILE_MAX_FILES", "7")
     profiling = parse_options({}).profiling
     assert repr(profiling.sampler) == "EveryNth(5, skip_first=0)"
     assert (profiling.directory, profiling.max_files, profiling.mode) == (
-        "/tmp/somewhere",
+        str(tmp_path / "somewhere"),
         7,
         "twin",
     )
@@ -126,7 +129,7 @@ def test_default_is_no_profiling(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"profile_dir": 3}, TypeError, "profile_dir=...\\) must be a path"),
         ({"profile_max_files": 0}, ValueError, "must be a whole number >= 1"),
         ({"profile_max_bytes": 1.5}, ValueError, "must be a whole number >= 1"),
-        ({"profile_mode": "always"}, ValueError, "use one of \\('twin', 'serve', 'off'\\)"),
+        ({"profile_mode": "always"}, ValueError, "'always': use one of twin, serve, off"),
     ],
 )
 def test_bad_profile_options(options: dict[str, object], error: type, message: str) -> None:
@@ -134,10 +137,34 @@ def test_bad_profile_options(options: dict[str, object], error: type, message: s
         parse_options(options)
 
 
-def test_bad_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OTEL_ORT_PROFILE_MAX_BYTES", "lots")
-    with pytest.raises(ValueError, match=r"\$OTEL_ORT_PROFILE_MAX_BYTES must be a whole number"):
-        parse_options({})
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("OTEL_ORT_PROFILE_SAMPLER", "bogus", "unknown profile sampler 'bogus'"),
+        ("OTEL_ORT_PROFILE_MODE", "serv", "is 'serv': use one of twin, serve, off"),
+        ("OTEL_ORT_PROFILE_MAX_BYTES", "lots", "must be a whole number >= 1"),
+        ("OTEL_ORT_PROFILE_DIR", "OPEN", "is open to other users"),
+        ("OTEL_ORT_PERF_EVENTS", "missing/perf_config.json", "perf_config.json"),
+    ],
+)
+def test_a_bad_variable_is_logged_naming_it_and_profiling_is_off(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    variable: str,
+    value: str,
+    message: str,
+) -> None:
+    """Raising would stop ``opentelemetry-instrument`` loading every instrumentation."""
+    if value == "OPEN":  # made by a plain mkdir: 0755
+        value = str(tmp_path / "open")
+        os.mkdir(value, 0o755)
+    monkeypatch.setenv(variable, value)
+    with caplog.at_level("ERROR", logger="otel_ort"):
+        options = parse_options({})
+    assert options.profiling.mode == "off"
+    assert f"${variable}" in caplog.text and message in caplog.text
+    assert "runs are traced but not profiled" in caplog.text
 
 
 def test_profile_next_run_forces_one_run_only() -> None:

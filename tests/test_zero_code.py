@@ -64,6 +64,22 @@ def test_opentelemetry_instrument_traces_a_plain_ort_script(mlp_path: Path) -> N
     assert semconv.METRIC_RUN_DURATION in metric_names
 
 
+def test_a_bad_otel_ort_variable_is_logged_and_runs_are_still_traced(mlp_path: Path) -> None:
+    """An error from ``instrument()`` would make ``opentelemetry-instrument`` give up on
+    every instrumentation, the application's web framework included."""
+    with OtlpReceiver() as receiver:
+        run_instrumented(
+            mlp_path,
+            receiver.grpc_endpoint,
+            "--runs=2",
+            "--interval=0",
+            OTEL_ORT_PROFILE_SAMPLER="bogus",
+        )
+        received = receiver.wait_for_spans(3)
+    names = sorted(span.name for _, span in received)
+    assert names == [semconv.SPAN_RUN] * 2 + [semconv.SPAN_SESSION_CREATE]
+
+
 def test_disabled_instrumentations_env_switches_it_off(mlp_path: Path) -> None:
     with OtlpReceiver() as receiver:
         run_instrumented(

@@ -127,10 +127,16 @@ class Profiler:
         self._tracer_provider = tracer_provider
         self._store: ProfileStore | None = None
         self._unavailable = ""  # why profiling cannot work at all here, once known
-        if options.directory is not None or not isinstance(options.sampler, Never):
-            self._store = ProfileStore(
-                options.directory or default_profile_dir(), options.max_files, options.max_bytes
-            )
+        if options.directory is not None:  # checked by the options: an error there
+            self._store = ProfileStore(options.directory, options.max_files, options.max_bytes)
+        elif not isinstance(options.sampler, Never):  # the default: checked now, said on runs
+            try:
+                self._store = ProfileStore(
+                    default_profile_dir(), options.max_files, options.max_bytes
+                )
+            except ProfileDirError as exc:
+                self._unavailable = str(exc)
+                _logger.warning("otel-ort: runs cannot be profiled: %s", exc)
         self.worker = Worker("otel-ort-profiler")
         perf = options.perf
         self.perf = PerfCounters(perf.events, perf.period_ns, perf.explicit) if perf else None
