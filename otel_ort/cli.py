@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from otel_ort.spans import DEFAULT_MAX_NODE_SPANS
@@ -12,6 +14,31 @@ from otel_ort.version import __version__
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``otel-ort`` console script; returns the exit status."""
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # here, where a closed pipe is caught, rather than at exit
+        return status
+    except BrokenPipeError:  # `otel-ort ... | head`: the reader took what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 1
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number >= ``minimum`` (errors show the command's usage)."""
+
+    def whole_number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return whole_number
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="otel-ort", description="OpenTelemetry for ONNX Runtime: spans, metrics, profiles."
     )
@@ -26,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         default=Path("otel-ort-demo"),
         help="where the model, spans, profiles and report go (default: ./otel-ort-demo)",
     )
-    demo.add_argument("--requests", type=int, default=20, help="number of requests (default 20)")
+    demo.add_argument(
+        "--requests", type=_at_least(1), default=20, help="number of requests (default 20)"
+    )
     demo.add_argument(
         "--otlp-endpoint",
         metavar="URL",
@@ -45,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     convert.add_argument("--output", metavar="FILE", help="append the spans as OTLP/JSON lines")
     convert.add_argument(
         "--max-node-spans",
-        type=int,
+        type=_at_least(0),
         default=DEFAULT_MAX_NODE_SPANS,
         help=f"node spans per run at most (default {DEFAULT_MAX_NODE_SPANS}); "
         "the rest are summarised on the run span",
@@ -53,24 +82,22 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = commands.add_parser("summary", help="tables of where a profile's time went")
     summary.add_argument("profile", metavar="PROFILE.json")
-    summary.add_argument("--top", type=int, default=15, help="rows of the top-nodes table")
+    summary.add_argument("--top", type=_at_least(1), default=15, help="rows of the top-nodes table")
     _add_profile_parser(commands)
     _add_report_parser(commands)
     args = parser.parse_args(argv)
 
     if args.command == "convert":
-        return _convert(parser, args)
+        return _convert(args)
     if args.command == "summary":
         return _summary(args)
     if args.command == "profile":
-        return _profile(parser, args)
+        return _profile(args)
     if args.command == "report":
-        return _report(parser, args)
+        return _report(args)
     if args.command == "demo":
         from otel_ort.demo import run_demo
 
-        if args.requests < 1:
-            parser.error("--requests must be at least 1")
         try:
             run_demo(args.output_dir, args.requests, otlp_endpoint=args.otlp_endpoint)
         except (RuntimeError, OSError, ValueError) as exc:
@@ -79,11 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _convert(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def _convert(args: argparse.Namespace) -> int:
     from otel_ort.convert import ConvertOptions, convert_files
 
-    if args.max_node_spans < 0:
-        parser.error("--max-node-spans must be 0 or more")
     options = ConvertOptions(
         service_name=args.service_name,
         otlp_endpoint=args.otlp_endpoint,
@@ -117,9 +142,9 @@ def _add_profile_parser(
         help="run a model with ORT's run-level profiling: tables, trace files, optional spans",
     )
     profile.add_argument("model", metavar="MODEL.onnx")
-    profile.add_argument("--runs", type=int, default=10, help="profiled runs (default 10)")
+    profile.add_argument("--runs", type=_at_least(1), default=10, help="profiled runs (default 10)")
     profile.add_argument(
-        "--warmup", type=int, default=1, help="unprofiled runs before them (default 1)"
+        "--warmup", type=_at_least(0), default=1, help="unprofiled runs before them (default 1)"
     )
     profile.add_argument(
         "--shape",
@@ -151,13 +176,9 @@ def _add_profile_parser(
     profile.add_argument("--service-name", help="service.name of the spans (default: onnxruntime)")
 
 
-def _profile(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def _profile(args: argparse.Namespace) -> int:
     from otel_ort.profile_command import DEFAULT_PROFILE_DIR, ProfileRequest, run_profile
 
-    if args.runs < 1:
-        parser.error("--runs must be at least 1")
-    if args.warmup < 0:
-        parser.error("--warmup must be 0 or more")
     request = ProfileRequest(
         model=args.model,
         runs=args.runs,
@@ -198,7 +219,7 @@ def _add_report_parser(
     )
     report.add_argument(
         "--top",
-        type=int,
+        type=_at_least(1),
         default=DEFAULT_TOP,
         help=f"rows of the top-nodes table (default {DEFAULT_TOP})",
     )
@@ -211,11 +232,9 @@ def _add_report_parser(
     )
 
 
-def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def _report(args: argparse.Namespace) -> int:
     from otel_ort.report import ReportError, build_report, default_output, save_report
 
-    if args.top < 1:
-        parser.error("--top must be at least 1")
     try:
         report = build_report(args.profile, perf=args.perf, top=args.top, run=args.run)
     except ReportError as exc:

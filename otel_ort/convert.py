@@ -22,8 +22,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_ort.console import render_span_tree
 from otel_ort.delivery import SpanDelivery
 from otel_ort.export import OtlpJsonFileSpanExporter
-from otel_ort.pipeline import otlp_span_exporter
-from otel_ort.profiling import ProfileError, read_profile
+from otel_ort.pipeline import (
+    CountingSpanExporter,
+    Endpoint,
+    delivery_report,
+    otlp_span_exporter,
+)
+from otel_ort.profiling import Profile, ProfileError, read_profile
 from otel_ort.spans import DEFAULT_MAX_NODE_SPANS, SpanBuilder
 
 
@@ -38,21 +43,25 @@ class ConvertOptions:
 
 
 def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | None = None) -> int:
-    """Convert every file; report each on ``out`` (stdout); return the number that failed."""
+    """Convert every file; report each on ``out`` (stdout); return the number that failed,
+    plus one if spans did not reach the OTLP endpoint (said on stderr)."""
     out = out or sys.stdout
     service = options.service_name or os.environ.get("OTEL_SERVICE_NAME") or "onnxruntime"
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     memory = InMemorySpanExporter() if options.console else None
     exporters: list[SpanExporter] = [memory] if memory is not None else []
+    otlp = None
     if options.otlp_endpoint:
-        exporters.append(otlp_span_exporter(options.protocol, options.otlp_endpoint))
+        inner = otlp_span_exporter(options.protocol, options.otlp_endpoint)
+        otlp = CountingSpanExporter(inner, Endpoint(options.otlp_endpoint, pause_s=0.0))
+        exporters.append(otlp)
     if options.output:
         exporters.append(OtlpJsonFileSpanExporter(options.output))
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     builder = SpanBuilder(provider, options.max_node_spans)
     delivery = SpanDelivery(provider)
-    failed = 0
+    failed = traces = all_dropped = 0
     for number, path in enumerate(paths, start=1):
         prefix = f"[{number}/{len(paths)}] {path}"
         try:
@@ -61,27 +70,43 @@ def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | N
             print(f"{prefix}: skipped: {exc.problem}", file=out)
             failed += 1
             continue
-        nodes = dropped = not_emitted = 0
-        for run in profile.runs:
-            dropped += delivery.deliver(builder.run_tree(profile, run))
-            nodes += len(run.nodes)
-            not_emitted += max(0, len(run.nodes) - builder.max_node_spans)
-        notes = [f"time base from {profile.start_source}"]
-        if profile.truncated:
-            notes.append("TRUNCATED file: complete events only")
-        if not_emitted:
-            notes.append(f"{not_emitted} nodes over --max-node-spans summarised on run spans")
-        if dropped:
-            notes.append(f"{dropped} spans DROPPED by a span processor")
-        notes += profile.problems
-        print(
-            f"{prefix}: {len(profile.runs)} run(s), {nodes} nodes -> {len(profile.runs)} trace(s) "
-            f"({'; '.join(notes)})",
-            file=out,
-        )
+        dropped = _send(profile, builder, delivery, prefix, out)
+        traces += len(profile.runs)
+        all_dropped += dropped
     provider.shutdown()
     if memory is not None:
         print(render_span_tree(memory.get_finished_spans()), file=out)
     if options.output:
         print(f"spans written to {options.output}", file=out)
+    if otlp is not None and options.otlp_endpoint:
+        summary, lost = delivery_report(otlp, options.otlp_endpoint, traces, all_dropped)
+        print(summary, file=out)
+        if lost:
+            print(f"otel-ort convert: {lost}", file=sys.stderr)
+            failed += 1
     return failed
+
+
+def _send(
+    profile: Profile, builder: SpanBuilder, delivery: SpanDelivery, prefix: str, out: TextIO
+) -> int:
+    """Deliver the span trees of ``profile``'s runs and say what was sent; the spans dropped."""
+    nodes = dropped = not_emitted = 0
+    for run in profile.runs:
+        dropped += delivery.deliver(builder.run_tree(profile, run))
+        nodes += len(run.nodes)
+        not_emitted += max(0, len(run.nodes) - builder.max_node_spans)
+    notes = [f"time base from {profile.start_source}"]
+    if profile.truncated:
+        notes.append("TRUNCATED file: complete events only")
+    if not_emitted:
+        notes.append(f"{not_emitted} nodes over --max-node-spans summarised on run spans")
+    if dropped:
+        notes.append(f"{dropped} spans DROPPED by a span processor")
+    notes += profile.problems
+    print(
+        f"{prefix}: {len(profile.runs)} run(s), {nodes} nodes -> {len(profile.runs)} trace(s) "
+        f"({'; '.join(notes)})",
+        file=out,
+    )
+    return dropped

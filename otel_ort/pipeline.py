@@ -195,6 +195,24 @@ class CountingSpanExporter(SpanExporter):
         return self.inner.force_flush(timeout_millis)
 
 
+def delivery_report(
+    exporter: CountingSpanExporter, endpoint: str, traces: int, dropped: int
+) -> tuple[str, str]:
+    """After the provider's shutdown: a line on what reached ``endpoint``, and what was lost
+    (``""`` if nothing), for the CLI commands that replay profiles over OTLP."""
+    sent, lost = exporter.sent, exporter.failed + dropped
+    summary = (
+        f"OTLP: {sent} spans of {traces} traces sent to {endpoint}; {dropped} dropped before "
+        f"export, {exporter.failed} failed to send"
+    )
+    if not lost:
+        return summary, ""
+    return summary, (
+        f"{lost} of {sent + lost} spans did not reach {endpoint}: check the endpoint and "
+        "--protocol (the exporter's messages above say why)"
+    )
+
+
 class _EndpointMetricExporter(MetricExporter):
     """Forwards to a metric exporter, skipping an endpoint that is down (metrics are resent
     cumulatively at the next interval, so a skipped export loses no count)."""

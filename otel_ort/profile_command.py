@@ -32,7 +32,12 @@ from otel_ort.delivery import SpanDelivery
 from otel_ort.options import PerfOptions, perf_options
 from otel_ort.perf.counting import Counting, PerfCounters, Pool, RawRun
 from otel_ort.perf.report import ProfileCounts, count_profile
-from otel_ort.pipeline import CountingSpanExporter, Endpoint, otlp_span_exporter
+from otel_ort.pipeline import (
+    CountingSpanExporter,
+    Endpoint,
+    delivery_report,
+    otlp_span_exporter,
+)
 from otel_ort.profiling.chrome import VIEWERS
 from otel_ort.profiling.kept import publish_run, read_run
 from otel_ort.profiling.model import Profile
@@ -534,17 +539,10 @@ class _Exporting:
     def close(self, out: TextIO) -> None:
         """Flush and shut down, report what was sent; ``UserError`` if spans were lost."""
         self.provider.shutdown()
-        sent, lost = self.exporter.sent, self.exporter.failed + self.dropped
-        print(
-            f"\nOTLP: {sent} spans of {self.traces} traces sent to {self.endpoint}; "
-            f"{self.dropped} dropped before export, {self.exporter.failed} failed to send",
-            file=out,
-        )
+        summary, lost = delivery_report(self.exporter, self.endpoint, self.traces, self.dropped)
+        print(f"\n{summary}", file=out)
         if lost:
-            raise UserError(
-                f"{lost} of {sent + lost} spans did not reach {self.endpoint}: check the "
-                "endpoint and --protocol (the exporter's messages above say why)"
-            )
+            raise UserError(lost)
 
 
 def _keep(

@@ -47,6 +47,21 @@ def test_convert_over_otlp_http(real_profile: Path, capsys: pytest.CaptureFixtur
     ] == "replayed"
 
 
+def test_convert_fails_when_its_spans_do_not_arrive(
+    real_profile: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with OtlpReceiver() as receiver:
+        endpoint = f"{receiver.http_endpoint}/elsewhere"  # the receiver answers 404 there
+        code = main([
+            "convert", str(real_profile), "--otlp-endpoint", endpoint,
+            "--protocol", "http/protobuf",
+        ])  # fmt: skip
+    assert code == 1
+    captured = capsys.readouterr()
+    assert "0 dropped before export, 26 failed to send" in captured.out
+    assert f"otel-ort convert: 26 of 26 spans did not reach {endpoint}" in captured.err
+
+
 def test_convert_reports_bad_files_and_goes_on(
     real_profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -57,7 +57,8 @@ def test_demo_rejects_bad_arguments() -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert completed.returncode == 2
-    assert "--requests must be at least 1" in completed.stderr
+    assert "usage: otel-ort demo" in completed.stderr
+    assert "argument --requests: must be at least 1, got 0" in completed.stderr
 
 
 def test_demo_sends_the_same_spans_over_otlp(tmp_path: Path) -> None:

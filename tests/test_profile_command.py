@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from otel_ort.perf.tracks import counters
 from otel_ort.profile_command import InputSpec, build_feeds
 from otel_ort.profiling import read_profile
 from tests.otlp_receiver import OtlpReceiver
+from tests.profiles import model_run, node_event
 from tests.test_otlp_export import attributes_of
 
 
@@ -217,11 +220,38 @@ def test_bad_models_are_one_clear_line(
     assert message.format(path=path) in err and "Traceback" not in err
 
 
-def test_bad_counts_are_usage_errors(mlp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["profile", "{mlp}", "--runs", "0"], "argument --runs: must be at least 1, got 0"),
+        (["profile", "{mlp}", "--warmup", "x"], "argument --warmup: 'x' is not a whole number"),
+        (["summary", "{mlp}", "--top", "-3"], "argument --top: must be at least 1, got -3"),
+        (["convert", "{mlp}", "--max-node-spans", "-1"], "must be at least 0, got -1"),
+    ],
+)
+def test_bad_counts_are_usage_errors_of_the_command(
+    mlp: Path, capsys: pytest.CaptureFixture[str], arguments: list[str], message: str
+) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["profile", str(mlp), "--runs", "0"])
+        main([argument.format(mlp=mlp) for argument in arguments])
     assert exit_info.value.code == 2
-    assert "--runs must be at least 1" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"usage: otel-ort {arguments[0]}" in err and message in err
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """``otel-ort ... | head``: no traceback when the reader stops reading."""
+    profile = tmp_path / "profile.json"
+    nodes = [node_event(f"n{i}", "Add", i, 1) for i in range(20_000)]  # tables of 2 MB
+    profile.write_text(json.dumps([model_run(0, 20_000), *nodes]))
+    otel_ort = Path(sys.executable).with_name("otel-ort")
+    command = f"{otel_ort} summary {profile} --top 20000 | head -1"
+    completed = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert completed.stdout.startswith(str(profile))
+    assert "Traceback" not in completed.stderr and "BrokenPipeError" not in completed.stderr
 
 
 def test_runs_sent_over_otlp_one_trace_each(

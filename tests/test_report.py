@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import random
 import re
 import time
@@ -392,6 +393,14 @@ def test_command_default_output_is_named_after_the_profile(
     monkeypatch.chdir(tmp_path)
     assert main(["report", str(session_file)]) == 0
     assert (tmp_path / (session_file.stem + ".html")).is_file()
+
+
+def test_command_output_into_a_directory_named_with_a_slash_creates_it(
+    session_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "reports" / "new"
+    assert main(["report", str(session_file), "-o", f"{out}{os.sep}"]) == 0
+    assert (out / (session_file.stem + ".html")).is_file()
 
 
 def bad_inputs(tmp_path: Path) -> list[tuple[list[str], str]]:

@@ -100,8 +100,11 @@ def write_report(
 
 
 def save_report(report: Report, path: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
-    """Write ``report`` (of the profile at ``path``) to ``out``, a file or a directory."""
+    """Write ``report`` (of the profile at ``path``) to ``out``, a file or a directory (one
+    named with a trailing slash is created if missing)."""
     target = Path(out)
+    if os.fspath(out).endswith(os.sep):
+        target.mkdir(parents=True, exist_ok=True)
     if target.is_dir():
         target = target / default_output(path).name
     _write_atomically(target, report.html)
