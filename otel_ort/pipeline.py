@@ -379,8 +379,9 @@ def configure(
     if set_global and isinstance(trace.get_tracer_provider(), TracerProvider):
         raise RuntimeError(
             "otel_ort.configure(): an OpenTelemetry SDK tracer provider is already set (by "
-            "opentelemetry-instrument or your code); remove the configure() call and let "
-            "that set-up export, or call configure(set_global=False) for a separate pipeline"
+            "an earlier configure(), opentelemetry-instrument or your code); keep one set-up "
+            "(configure() once, at start-up), or call configure(set_global=False) for a "
+            "separate pipeline"
         )
     # the exporter variables describe the process's pipeline, not a separate one
     traces_export = _exports("OTEL_TRACES_EXPORTER") if set_global else True

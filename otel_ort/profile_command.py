@@ -13,6 +13,7 @@ tables, the spans and the kept files' counter tracks.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 import threading
@@ -70,6 +71,11 @@ _DTYPES: dict[str, np.dtype[Any]] = {
 _WORDS = np.array(["the", "model", "runs", "fast", "on", "random", "words", "today"], object)
 _INT_HIGH = 10
 """Random integers are drawn from 0..9, valid indices for Gather and embeddings."""
+_INPUTS_HINT = (
+    "; inputs made up from the signature may not suit the model (indices, lengths, masks): "
+    "give real ones with --input NAME=FILE.npy"
+)
+_NPY_MAGIC = b"\x93NUMPY"
 
 
 class UserError(Exception):
@@ -135,7 +141,8 @@ def run_profile(
 
 def _profile(request: ProfileRequest, out: TextIO, err: TextIO) -> None:
     if not os.path.isfile(request.model):
-        raise UserError(f"model {request.model!r} not found: pass the path of an .onnx file")
+        what = "is a directory" if os.path.isdir(request.model) else "not found"
+        raise UserError(f"model {request.model!r} {what}: pass the path of an .onnx file")
     shapes = {name: _parse_dims(name, text) for name, text in _pairs(request.shapes, "--shape")}
     arrays = {name: _load_array(name, path) for name, path in _pairs(request.inputs, "--input")}
     perf = _perf_options(request.perf_events)
@@ -208,6 +215,11 @@ def _parse_dims(name: str, text: str) -> tuple[int, ...]:
 
 def _load_array(name: str, path: str) -> Any:
     try:
+        with open(path, "rb") as file:
+            if file.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
+                raise UserError(
+                    f"--input {name}={path}: not a .npy file; save the array with numpy.save"
+                )
         return np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise UserError(
@@ -285,7 +297,15 @@ def build_feeds(
             lines.append(f"input {spec.name}: {_described(feeds[spec.name])} from --input")
             continue
         dims, note = _resolved_dims(spec, shapes.get(spec.name))
-        feeds[spec.name] = _random(rng, _dtype(spec), dims)
+        try:
+            feeds[spec.name] = _random(rng, _dtype(spec), dims)
+        except MemoryError:
+            size = math.prod(dims) * _dtype(spec).itemsize / 2**30
+            raise UserError(
+                f"input {spec.name}: {_dtype(spec)}[{','.join(map(str, dims))}] needs "
+                f"{size:,.1f} GiB, more than this machine can give: choose smaller dimensions "
+                f"with --shape {spec.name}=..."
+            ) from None
         lines.append(f"input {spec.name}: {_described(feeds[spec.name])} random (seed {SEED})")
         if note:
             lines.append(note)
@@ -329,15 +349,18 @@ def _resolved_dims(spec: InputSpec, given: tuple[int, ...] | None) -> tuple[tupl
         dims = tuple(dim if isinstance(dim, int) else 1 for dim in spec.dims)
         if not unknown:
             return dims, ""
-        example = ",".join(str(dim) if isinstance(dim, int) else "N" for dim in spec.dims)
+        example = ",".join(
+            str(dim) if isinstance(dim, int) else (dim or f"D{index}")
+            for index, dim in enumerate(spec.dims)
+        )
         return dims, (
             f"note: input {spec.name}: unknown dimension{'s' * (len(unknown) > 1)} "
             f"{', '.join(unknown)} set to 1; choose with --shape {spec.name}={example}"
         )
     if len(given) != len(spec.dims):
         raise UserError(
-            f"--shape {spec.name}: gives {len(given)} dimensions, but input {spec.name!r} has "
-            f"{len(spec.dims)}: {spec.describe()}"
+            f"--shape {spec.name}={','.join(map(str, given))}: gives {len(given)} "
+            f"dimension(s), but input {spec.name!r} has {len(spec.dims)}: {spec.describe()}"
         )
     for dim, size in zip(spec.dims, given, strict=True):
         if isinstance(dim, int) and dim != size:
@@ -349,8 +372,9 @@ def _resolved_dims(spec: InputSpec, given: tuple[int, ...] | None) -> tuple[tupl
 
 
 def _random(rng: np.random.Generator, dtype: np.dtype[Any], dims: tuple[int, ...]) -> Any:
-    if dtype.kind == "f":
-        return rng.standard_normal(dims).astype(dtype)
+    if dtype.kind == "f":  # drawn in float32 (float64 for doubles): no float64 copy
+        wide = np.float64 if dtype == np.float64 else np.float32
+        return rng.standard_normal(dims, dtype=wide).astype(dtype, copy=False)
     if dtype.kind in "iu":
         return rng.integers(0, _INT_HIGH, dims).astype(dtype)
     if dtype.kind == "b":
@@ -454,7 +478,7 @@ def _warm_up(session: CSession, feeds: dict[str, Any], runs: int, store: Profile
             session.run(feeds)
         session.run(feeds, profile_prefix=files.prefix)
     except (OrtError, UnsupportedValue) as exc:
-        raise UserError(f"the model failed to run on these inputs: {exc}") from None
+        raise UserError(f"the model failed to run on these inputs: {exc}{_INPUTS_HINT}") from None
     finally:
         remove_files(store.written(files))
 
@@ -484,7 +508,7 @@ def _run(
     except (OrtError, UnsupportedValue) as exc:
         for run in runs:
             remove_files(store.written(run.files))
-        raise UserError(f"the model failed to run on these inputs: {exc}") from None
+        raise UserError(f"the model failed to run on these inputs: {exc}{_INPUTS_HINT}") from None
     return runs
 
 

@@ -321,7 +321,9 @@ def test_traces_exporter_none_exports_metrics_only(monkeypatch: pytest.MonkeyPat
 def test_an_existing_sdk_set_up_is_not_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
     existing = TracerProvider()
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: existing)
-    with pytest.raises(RuntimeError, match=r"already set .* remove the configure"):
+    with pytest.raises(
+        RuntimeError, match=r"already set \(by an earlier configure\(\), .* keep one"
+    ):
         configure()
 
 

@@ -67,7 +67,7 @@ def test_default_run_prints_tables_and_keeps_one_file_per_run(
     captured = capsys.readouterr()
     out = captured.out
     assert "input x: float32[1,8] random (seed 0)" in out
-    assert "note: input x: unknown dimension batch set to 1; choose with --shape x=N,8" in out
+    assert "note: input x: unknown dimension batch set to 1; choose with --shape x=batch,8" in out
     assert "1 warm-up run, 10 profiled runs" in out
     assert "open in https://ui.perfetto.dev or Chrome DevTools' Performance panel" in out
     assert f"{mlp}: 10 run(s), 20 node executions" in out
@@ -156,7 +156,7 @@ def test_random_inputs_of_every_kind() -> None:
     assert feeds["i"].dtype == np.int32 and 0 <= feeds["i"].min() <= feeds["i"].max() <= 9
     assert feeds["b"].dtype == np.bool_
     assert feeds["s"].shape == (1, 2) and all(isinstance(word, str) for word in feeds["s"].flat)
-    assert "note: input s: unknown dimension ? set to 1; choose with --shape s=N,2" in lines
+    assert "note: input s: unknown dimension ? set to 1; choose with --shape s=D0,2" in lines
 
 
 @pytest.fixture
@@ -174,8 +174,11 @@ def wrong_inputs(tmp_path: Path) -> Path:
         (["--shape", "x=a,8"], "--shape x=a,8: dimensions must be whole numbers"),
         (["--shape", "y=1,8"], "--shape names input 'y', which the model does not have; its "
                                "inputs: x"),
-        (["--shape", "x=1,2,3"], "--shape x: gives 3 dimensions, but input 'x' has 2: "
+        (["--shape", "x=1,2,3"], "--shape x=1,2,3: gives 3 dimension(s), but input 'x' has 2: "
                                  "float32[batch,8]"),
+        (["--shape", "x=100000000000,8"], "input x: float32[100000000000,8] needs 2,980.2 GiB, "
+                                          "more than this machine can give: choose smaller "
+                                          "dimensions with --shape x=..."),
         (["--shape", "x=2,9"], "input 'x' is float32[batch,8]; its fixed dimensions cannot"),
         (["--input", "x"], "--input 'x': expected NAME=VALUE"),
         (["--input", "x=DIR/doubles.npy"], "--input x: the array is float64[2,8], but input 'x' "
@@ -184,6 +187,8 @@ def wrong_inputs(tmp_path: Path) -> Path:
         (["--input", "x=DIR/wide.npy"], "the array is float32[2,9], but input 'x' expects "
                                         "float32[batch,8]: save an array of that shape"),
         (["--input", "x=DIR/none.npy"], "--input x=DIR/none.npy: cannot read a .npy array"),
+        (["--input", "x=DIR/garbage.onnx"], "--input x=DIR/garbage.onnx: not a .npy file; save "
+                                            "the array with numpy.save"),
         (["--perf-events", "DIR/none.json"], "--perf-events: cannot read perf event file "
                                              "'DIR/none.json'"),
     ],
@@ -208,6 +213,7 @@ def test_bad_inputs_are_one_clear_line(
     ("model", "message"),
     [
         ("missing.onnx", "model '{path}' not found: pass the path of an .onnx file"),
+        (".", "model '{path}' is a directory: pass the path of an .onnx file"),
         ("garbage.onnx", "{path}: ONNX Runtime cannot open this model: CreateSession failed"),
     ],
 )

@@ -43,6 +43,7 @@ from otel_ort.capi import (
     CApi,
     CSession,
     OrtError,
+    SessionConfig,
     Termination,
     UnsupportedOutput,
     UnsupportedValue,
@@ -73,6 +74,7 @@ from otel_ort.profiling.twin import (
 )
 from otel_ort.profiling.worker import Worker
 from otel_ort.sampling import PROFILE_BAGGAGE_KEY, Never, take_forced
+from otel_ort.session_facts import facts_for
 from otel_ort.spans import SpanBuilder
 from otel_ort.version import __version__
 
@@ -370,32 +372,19 @@ class Profiler:
         session = session_ref()
         if session is None or twin.state != "building":
             return
-        try:
-            if self._store is None:
-                self._store = ProfileStore(
-                    default_profile_dir(), self._options.max_files, self._options.max_bytes
-                )
-            api = self._api = self._api or load_api()
-            if not api.supports_run_profiling:
-                raise TwinUnavailable(
-                    f"run-level profiling needs ONNX Runtime >= 1.25 (C API 25); "
-                    f"this is {api.ort_version}"
-                )
-            config = twin_config(session)
-            required = required_inputs(session)
-            # a session profiling itself must run every run: its file must hold them all
-            serves = self.serve_mode and not session.get_session_options().enable_profiling
-        except (ProfileDirError, OSError, TwinUnavailable) as exc:
-            self._give_up(twin, str(exc), whole_process=not isinstance(exc, TwinUnavailable))
+        plan = self._plan(twin, session)
+        del session  # the twin must not keep the session alive
+        if plan is None:
             return
-        finally:
-            del session
+        config, required, serves = plan
+        api, store = self._api, self._store
+        assert api is not None and store is not None
         try:
             csession = CSession(config, api)
         except (OrtError, UnsupportedValue) as exc:
             twin.fail(f"the twin could not be created: {exc}")
             return
-        files = self._store.new_run()
+        files = store.new_run()
         try:
             csession.run(feeds, output_names or None, profile_prefix=files.prefix)
         except UnsupportedOutput:  # ORT's run was done: only an output could not be returned
@@ -408,9 +397,39 @@ class Profiler:
                 twin.close()  # the next selected run tries again, with its own inputs
             return
         finally:
-            remove_files(self._store.written(files))
+            remove_files(store.written(files))
         pool = self._perf_pool(csession, stays_on=not serves)
         twin.ready(csession, pool, serves_unprofiled=serves, required_inputs=required)
+
+    def _plan(self, twin: Twin, session: Any) -> tuple[SessionConfig, frozenset[str], bool] | None:
+        """Worker: what the twin of ``session`` is made from (its config, the inputs a run
+        needs, whether it serves unprofiled runs); ``None`` if it cannot be made (the twin
+        then failed, and the log says why)."""
+        try:
+            if self._store is None:
+                self._store = ProfileStore(
+                    default_profile_dir(), self._options.max_files, self._options.max_bytes
+                )
+            api = self._api = self._api or load_api()
+            if not api.supports_run_profiling:
+                raise TwinUnavailable(
+                    f"run-level profiling needs ONNX Runtime >= 1.25 (C API 25); "
+                    f"this is {api.ort_version}"
+                )
+            config = twin_config(session)
+        except TwinUnavailable as exc:  # this session's
+            model = facts_for(session).run_attributes[semconv.MODEL_PATH]
+            twin.fail(str(exc))
+            _logger.warning("otel-ort: runs of %s cannot be profiled: %s", model, exc)
+            return None
+        except (ProfileDirError, OSError) as exc:  # every session's
+            twin.fail(str(exc))
+            self._unavailable = str(exc)
+            _logger.warning("otel-ort: runs cannot be profiled: %s", exc)
+            return None
+        # a session profiling itself must run every run: its file must hold them all
+        serves = self.serve_mode and not session.get_session_options().enable_profiling
+        return config, required_inputs(session), serves
 
     def _perf_pool(self, csession: CSession, *, stays_on: bool) -> Pool | None:
         """perf groups on the twin's threads (``stays_on``: enabled for the twin's life, when
@@ -425,12 +444,6 @@ class Profiler:
         except Exception:
             report_failure("could not prepare perf counters")
             return None
-
-    def _give_up(self, twin: Twin, reason: str, whole_process: bool) -> None:
-        twin.fail(reason)
-        if whole_process:
-            self._unavailable = reason
-        _logger.warning("otel-ort: runs cannot be profiled: %s", reason)
 
     # -- worker: conversion -----------------------------------------------------------------
 
