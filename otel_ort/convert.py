@@ -19,9 +19,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from otel_ort import semconv
 from otel_ort.console import render_span_tree
 from otel_ort.delivery import SpanDelivery
 from otel_ort.export import OtlpJsonFileSpanExporter
+from otel_ort.perf.tracks import counters
 from otel_ort.pipeline import (
     CountingSpanExporter,
     Endpoint,
@@ -90,13 +92,24 @@ def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | N
 def _send(
     profile: Profile, builder: SpanBuilder, delivery: SpanDelivery, prefix: str, out: TextIO
 ) -> int:
-    """Deliver the span trees of ``profile``'s runs and say what was sent; the spans dropped."""
+    """Deliver the span trees of ``profile``'s runs (with the perf counts of a file otel-ort
+    kept) and say what was sent; the spans dropped."""
     nodes = dropped = not_emitted = 0
+    found = counters(profile.events)
     for run in profile.runs:
-        dropped += delivery.deliver(builder.run_tree(profile, run))
+        counts = [
+            {semconv.PERF_PREFIX + alias: value for alias, value in values.items()}
+            for values in (found.of(node.ts, node.end) or {} for node in run.nodes)
+        ]
+        dropped += delivery.deliver(builder.run_tree(profile, run, node_extra=counts))
         nodes += len(run.nodes)
         not_emitted += max(0, len(run.nodes) - builder.max_node_spans)
     notes = [f"time base from {profile.start_source}"]
+    if found.aliases:
+        notes.append(f"perf counts: {', '.join(found.aliases)}")
+    incomplete = sum(not run.complete for run in profile.runs)
+    if incomplete:
+        notes.append(f"{incomplete} run(s) INCOMPLETE: the file ends before they do")
     if profile.truncated:
         notes.append("TRUNCATED file: complete events only")
     if not_emitted:

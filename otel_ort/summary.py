@@ -32,6 +32,9 @@ def summarize(profiles: Sequence[Profile], top: int = 15, title: str | None = No
     )
     if any(profile.truncated for profile in profiles):
         header += "  (file truncated: complete events only)"
+    incomplete = sum(not run.complete for run in runs)
+    if incomplete:
+        header += f"  ({incomplete} run(s) incomplete: the file ends before they do)"
     sections = [
         header,
         f"Top {top} nodes by total time",

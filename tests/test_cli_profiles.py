@@ -115,3 +115,38 @@ def test_summary_of_a_kept_file_has_its_perf_counts(
     assert "| Add     |     1 |         0.020 |  2,000 |        3,000 | 1.50 |" in per_op
     rows = [line.split("|")[1].strip() for line in top.strip().splitlines()[2:]]
     assert rows == ["n3", "n2"]  # the most task-clock first
+
+
+def test_convert_of_a_kept_file_puts_its_perf_counts_on_the_node_spans(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    events = [
+        model_run(0, 300),
+        node_event("a", "MatMul", 10, 100),
+        node_event("b", "Add", 150, 100),
+    ]
+    counts = [{"task-clock": 40_000.0, "page-faults": 3.0}, {"task-clock": 20_000.0}]
+    path = kept_file(tmp_path / "perf.json", events, {7: "MainThread (run)"}, counts)
+    output = tmp_path / "spans.jsonl"
+    assert main(["convert", str(path), "--output", str(output)]) == 0
+    assert "perf counts: task-clock, page-faults" in capsys.readouterr().out
+    nodes = {span["name"]: span for span in file_spans(output) if span["name"] in ("a", "b")}
+    values = {
+        name: {a["key"]: a["value"] for a in span["attributes"] if a["key"].startswith("perf.")}
+        for name, span in nodes.items()
+    }
+    assert values["a"]["perf.task-clock"] == {"intValue": "40000"}
+    assert values["a"]["perf.page-faults"] == {"intValue": "3"}
+    assert values["b"] == {"perf.task-clock": {"intValue": "20000"}}
+
+
+def test_a_run_the_file_ends_in_is_said_incomplete(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "cut.json"
+    path.write_text('[{"cat": "Node", "pid": 7, "tid": 7, "ts": 5, "dur": 3, "ph": "X", "name": '
+                    '"n_kernel_time", "args": {"op_name": "Add"}},')  # fmt: skip
+    assert main(["summary", str(path)]) == 0
+    assert "(1 run(s) incomplete: the file ends before they do)" in capsys.readouterr().out
+    assert main(["convert", str(path), "--output", str(tmp_path / "o.jsonl")]) == 0
+    assert "1 run(s) INCOMPLETE: the file ends before they do" in capsys.readouterr().out
