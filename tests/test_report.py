@@ -285,6 +285,8 @@ def test_perf_counts_land_on_their_nodes(tmp_path: Path) -> None:
 
     hidden = embedded(build_report(path, perf=False).html)
     assert hidden["perf"] == [] and hidden["runs"][0]["c"] == []
+    timed = kept_file(tmp_path / "timed.json", events, {}, [{"task-clock": 1e4, "cycles": 1.0}] * 4)
+    assert embedded(build_report(timed).html)["perfNs"] == [True, False]  # task-clock: ns
 
 
 def test_perf_asked_for_on_a_file_without_counters_is_a_note(session_file: Path) -> None:
@@ -508,6 +510,9 @@ def test_browser_draws_an_engine_profile(
     if perf:
         assert "perf counters" in text and perf[0] in text
         assert opened.count("#top th.perf") == len(perf)
+        cells = opened.page.locator("#top tbody td.perf").all_inner_texts()
+        times = cells[perf.index("task-clock") :: len(perf)]  # a time event: shown as one
+        assert times and all(re.fullmatch(r"[\d.]+ (µs|ms|s)", cell) for cell in times), times
     saved = save_screenshot(opened, tmp_path, "report-engine.png")
     print(f"\nscreenshot: {saved}")
     opened.close()

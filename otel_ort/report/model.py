@@ -10,7 +10,8 @@ The page's layout of the data (``report.js`` reads it):
 from), ``meta`` (``[label, value]`` from ``otherData``), ``notes``, ``run`` (index of the run
 shown first), ``top``. ``s``: the string table. ``th``: ``[tid, thread name]``. ``ops``: op
 type string indices, most time first over the embedded runs (their colours). ``perf``: the
-perf aliases shown. ``runs[i]``: ``i`` index in the file, ``dur``, ``nn`` node count, ``e``
+perf aliases shown; ``perfNs``: per alias, whether its counts are nanoseconds (shown as
+times). ``runs[i]``: ``i`` index in the file, ``dur``, ``nn`` node count, ``e``
 embedded (0/1), and when embedded: ``ok`` complete, ``trace``/``span`` ids, ``start`` (ISO
 time), ``n`` nodes ``[name, op, provider, tid, ts, dur, inputs, outputs]``, ``c`` the nodes'
 perf counts (``null`` or one value per alias; empty when none), ``k`` kernels ``[node (-1:
@@ -27,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from otel_ort import semconv
 from otel_ort.perf.tracks import Counters, counters
 from otel_ort.profiling.model import KernelRecord, Profile, RunRecord
 from otel_ort.report import enriched
@@ -133,6 +135,7 @@ def page_data(
         "timeBase": profile.start_source,
         "meta": [[label, str(other[key])] for key, label in _META_KEYS if other.get(key)],
         "perf": counts.aliases,
+        "perfNs": [alias in semconv.PERF_TIME_ALIASES for alias in counts.aliases],
         "notes": notes,
         "s": strings.table,
         "th": [[tid, threads[tid]] for tid in sorted(tids, key=_tid_key) if tid in threads],

@@ -6,6 +6,7 @@
   var D = JSON.parse(document.getElementById("report-data").textContent);
   var S = D.s;
   var PERF = D.perf;
+  var PERF_NS = D.perfNs || [];
   // node and kernel fields
   var N_NAME = 0, N_OP = 1, N_PROV = 2, N_TID = 3, N_TS = 4, N_DUR = 5, N_IN = 6, N_OUT = 7;
   var K_NODE = 0, K_NAME = 1, K_TS = 2, K_DUR = 3, K_DETAIL = 4;
@@ -39,6 +40,10 @@
 
   function fmtCount(value) {
     return value === null || value === undefined ? "–" : Number(value).toLocaleString("en-US");
+  }
+
+  function fmtPerf(value, at) {  // a time event's nanoseconds as a duration
+    return PERF_NS[at] && value !== null && value !== undefined ? fmtDur(value / 1000) : fmtCount(value);
   }
 
   function pct(part, whole) {
@@ -322,7 +327,7 @@
     var counts = run.c.length ? run.c[i] : null;
     if (PERF.length && counts) {
       rows.push("<tr class=\"perf-head\"><td colspan=\"2\">perf counters</td></tr>");
-      PERF.forEach(function (alias, at) { rows.push(row(alias, esc(fmtCount(counts[at])))); });
+      PERF.forEach(function (alias, at) { rows.push(row(alias, esc(fmtPerf(counts[at], at)))); });
     }
     return "<div class=\"tt-name\">" + esc(S[n[N_NAME]]) + "</div><table>" + rows.join("") + "</table>";
   }
@@ -425,7 +430,7 @@
       }
       var counts = run.c[i];
       perf.forEach(function (alias, at) {
-        cells.push("<td class=\"num perf\">" + esc(fmtCount(counts ? counts[at] : null)) + "</td>");
+        cells.push("<td class=\"num perf\">" + esc(fmtPerf(counts ? counts[at] : null, at)) + "</td>");
       });
       cells.push(
         "<td class=\"shape\" title=\"" + esc(S[n[N_IN]]) + "\">" + esc(S[n[N_IN]] || "–") + "</td>",
