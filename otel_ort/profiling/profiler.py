@@ -254,10 +254,11 @@ class Profiler:
         if not self.worker.reserve():  # the conversion's place, so that no profile is lost
             return semconv.SKIP_BACKLOG, f"{self.worker.pending} profiles wait for conversion"
         files: RunFiles | None = None
-        termination = Termination()
-        unfollow = None if run_options is None else follow_terminate(run_options, termination)
+        termination, unfollow = Termination(), None
         try:
             files = self._store.new_run()
+            if run_options is not None:
+                unfollow = follow_terminate(run_options, termination)
             counting = self._begin_counting(twin)
             try:
                 outputs, start_ns = twin.run(

@@ -104,10 +104,6 @@ def follow_terminate(run_options: Any, termination: Termination) -> Callable[[],
     """Request ``termination`` when ``run_options.terminate`` is True now or set later, from
     any thread, until the returned function is called (when the twin's run has returned)."""
     key = id(run_options)
-    with _recorded_lock:
-        _FOLLOWERS.setdefault(key, []).append(termination)
-    if run_options.terminate:
-        termination.request()
 
     def stop() -> None:
         with _recorded_lock:
@@ -116,6 +112,14 @@ def follow_terminate(run_options: Any, termination: Termination) -> Callable[[],
             if not followers:
                 del _FOLLOWERS[key]
 
+    with _recorded_lock:
+        _FOLLOWERS.setdefault(key, []).append(termination)
+    try:
+        if run_options.terminate:  # after registering: a flag set meanwhile is seen either way
+            termination.request()
+    except BaseException:
+        stop()
+        raise
     return stop
 
 

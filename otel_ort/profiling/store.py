@@ -127,7 +127,7 @@ class ProfileStore:
         self._pending = os.path.join(self.directory, _PENDING, self._tag)
 
     def _remove_leftovers(self) -> None:
-        """Delete raw and temporary files older than ``_LEFTOVER_AGE_S``: a run's live for
+        """Delete raw and temporary files older than ``_LEFTOVER_AGE_S``: a run's last for
         seconds, so these belong to processes that ended before converting them."""
         leftovers = glob.glob(os.path.join(glob.escape(self.directory), _PENDING, "*.json"))
         leftovers += glob.glob(os.path.join(glob.escape(self.directory), f"{_PREFIX}*.tmp"))

@@ -5,10 +5,10 @@ bounded: ``submit`` refuses a job when ``max_pending`` are waiting or promised, 
 caller counts that. A caller that must not be refused later (a profiled run, whose profile
 is about to exist) ``reserve``s a place first and submits into it, from the same thread.
 ``drain`` waits until everything submitted so far has run, and every place reserved by
-other threads has been used or released (the caller's own cannot be: it is still on its way
-to them, e.g. a ``response_hook`` that flushes); ``stop`` drains, then ends the thread. The thread
-starts on the first job and is a daemon, so a process that never calls ``stop`` can still
-exit (``atexit`` handlers drain first).
+other threads has been used or released (not the caller's own: it is still on its way to
+them, e.g. a ``response_hook`` that flushes); ``stop`` drains, then ends the thread. The
+thread starts on the first job and is a daemon, so a process that never calls ``stop`` can
+still exit (``atexit`` handlers drain first).
 
 After ``os.fork()`` the child must not inherit the parent's queue (its jobs belong to the
 parent) nor its thread (gone in the child): ``reset_after_fork`` starts afresh.
