@@ -127,9 +127,9 @@ def parse_options(kwargs: Mapping[str, Any]) -> Options:
 
 def _profiling_options(kwargs: Mapping[str, Any]) -> ProfilingOptions:
     """The ``profile_*`` and ``perf_*`` options, each falling back to its variable."""
-    sampler = _parsed(kwargs, "profile_sampler", _sampler) or Never()
-    directory = _parsed(kwargs, "profile_dir", _directory)
     mode = _parsed(kwargs, "profile_mode", _mode) or "twin"
+    sampler = _parsed(kwargs, "profile_sampler", _sampler) or Never()
+    directory = _parsed(kwargs, "profile_dir", _directory if mode != "off" else _path)
     return ProfilingOptions(
         sampler=sampler,
         directory=directory,
@@ -207,11 +207,16 @@ def _sampler(value: Any, source: str) -> ProfileSampler:
     return value
 
 
-def _directory(value: Any, source: str) -> str:
+def _path(value: Any, source: str) -> str:
     if not isinstance(value, str | os.PathLike):
         raise TypeError(f"{source} must be a path, got {_describe(value)}")
+    return os.fspath(value)
+
+
+def _directory(value: Any, source: str) -> str:
+    """A profile directory, created or checked (``ProfileDirError`` says why not)."""
     try:
-        return prepare_dir(os.fspath(value))
+        return prepare_dir(_path(value, source))
     except ProfileDirError as exc:
         raise ProfileDirError(f"{source}: {exc}") from None
 

@@ -12,13 +12,14 @@ tables, the spans and the kept files' counter tracks.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
 import sys
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -76,6 +77,20 @@ _INPUTS_HINT = (
     "give real ones with --input NAME=FILE.npy"
 )
 _NPY_MAGIC = b"\x93NUMPY"
+
+
+class _ModelFailed(Exception):
+    """ORT failed a run on the inputs built or given (its message)."""
+
+
+@contextlib.contextmanager
+def _failures_explained(made_up: bool) -> Iterator[None]:
+    """``_ModelFailed`` → ``UserError``, suggesting real inputs where some were ``made_up``."""
+    try:
+        yield
+    except _ModelFailed as exc:
+        hint = _INPUTS_HINT if made_up else ""
+        raise UserError(f"the model failed to run on these inputs: {exc}{hint}") from None
 
 
 class UserError(Exception):
@@ -157,9 +172,12 @@ def _profile(request: ProfileRequest, out: TextIO, err: TextIO) -> None:
             f"{_plural(request.warmup, 'warm-up run')}, {_plural(request.runs, 'profiled run')}",
             file=out,
         )
-        _warm_up(session, feeds, request.warmup, store)
+        made_up = bool(feeds.keys() - arrays.keys())
+        with _failures_explained(made_up):
+            _warm_up(session, feeds, request.warmup, store)
         with _Counting(perf, session) as counting:
-            runs = _run(session, feeds, request, store, counting, err)
+            with _failures_explained(made_up):
+                runs = _run(session, feeds, request, store, counting, err)
             exporting = _Exporting(request) if request.otlp_endpoint else None
             try:
                 profiles = [_keep(run, store, request.model, counting, exporting) for run in runs]
@@ -299,7 +317,7 @@ def build_feeds(
         dims, note = _resolved_dims(spec, shapes.get(spec.name))
         try:
             feeds[spec.name] = _random(rng, _dtype(spec), dims)
-        except MemoryError:
+        except (MemoryError, ValueError):  # numpy: "array is too big", dimension limits
             size = math.prod(dims) * _dtype(spec).itemsize / 2**30
             raise UserError(
                 f"input {spec.name}: {_dtype(spec)}[{','.join(map(str, dims))}] needs "
@@ -478,7 +496,7 @@ def _warm_up(session: CSession, feeds: dict[str, Any], runs: int, store: Profile
             session.run(feeds)
         session.run(feeds, profile_prefix=files.prefix)
     except (OrtError, UnsupportedValue) as exc:
-        raise UserError(f"the model failed to run on these inputs: {exc}{_INPUTS_HINT}") from None
+        raise _ModelFailed(str(exc)) from None
     finally:
         remove_files(store.written(files))
 
@@ -508,7 +526,7 @@ def _run(
     except (OrtError, UnsupportedValue) as exc:
         for run in runs:
             remove_files(store.written(run.files))
-        raise UserError(f"the model failed to run on these inputs: {exc}{_INPUTS_HINT}") from None
+        raise _ModelFailed(str(exc)) from None
     return runs
 
 

@@ -1,6 +1,8 @@
 """Every ONNX backend node test case (the `onnx` package's conformance suite, ~1,900 one-op
 models with their inputs) that ORT's CPU provider runs: a profiled run returns what ORT's own
-run returns, bitwise, in the same Python types, and a run ORT fails raises ORT's exception.
+run returns, bitwise, in the same Python types. A selected run ORT fails raises ORT's own
+exception (its inputs never reach a ready twin: priming one with them fails alike; a twin
+failing a run is tested in test_profiling).
 
 Slow stage (about 30 s): the cases are generated, and each gets a session and a twin.
 """

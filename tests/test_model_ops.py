@@ -97,11 +97,20 @@ def test_random_operators_are_found_in_bytes_and_files(
 
 
 def test_a_cut_model_or_an_empty_file_cannot_be_read(tmp_path: Path) -> None:
-    with pytest.raises(UnreadableModel, match="cut short"):
+    with pytest.raises(UnreadableModel, match="cannot be read: field runs past its message"):
         random_ops(random_like()[:-3])
     (tmp_path / "empty.onnx").write_bytes(b"")
     with pytest.raises(UnreadableModel, match="empty"):
         random_ops(str(tmp_path / "empty.onnx"))
+
+
+def test_a_protobuf_group_deep_in_a_model_file_is_unreadable(tmp_path: Path) -> None:
+    node = b"\x22\x01X" + b"\x2b"  # op_type "X", then a field of wire type 3 (a group)
+    graph = b"\x0a" + bytes([len(node)]) + node
+    path = tmp_path / "group.onnx"
+    path.write_bytes(b"\x3a" + bytes([len(graph)]) + graph)
+    with pytest.raises(UnreadableModel, match="wire type 3"):
+        random_ops(str(path))
 
 
 def test_an_ort_format_model_counts_any_mention_of_a_random_operator() -> None:

@@ -170,6 +170,29 @@ def test_worker_runs_jobs_in_order_drains_and_stops() -> None:
     assert "test-worker" not in {t.name for t in threading.enumerate()}
 
 
+def test_threads_draining_while_holding_places_do_not_wait_for_each_other() -> None:
+    """Two profiled runs whose ``response_hook``s flush: each holds a place it will use only
+    once its hook returns, so neither may wait for the other's."""
+    worker = Worker("test-worker", max_pending=10)
+    meet = threading.Barrier(2)
+    results: list[bool] = []
+
+    def hook_flushing() -> None:
+        assert worker.reserve()
+        meet.wait(timeout=10)
+        results.append(worker.drain(timeout=10))
+        assert worker.submit(lambda: None, reserved=True)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=hook_flushing) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [True, True] and time.monotonic() - started < 5
+    assert worker.drain(timeout=10) and worker.stop(timeout=10)
+
+
 def test_a_full_worker_refuses_jobs_and_survives_failing_ones() -> None:
     gate = threading.Event()
 

@@ -8,8 +8,6 @@ with a random op gets no twin; its runs say so.
 
 from __future__ import annotations
 
-import mmap
-import os
 from collections.abc import Iterator
 
 RANDOM_OPS = frozenset(
@@ -23,6 +21,7 @@ RANDOM_OPS = frozenset(
         ("com.microsoft", "BiasDropout"),
         ("com.microsoft", "BitmaskDropout"),
         ("com.microsoft", "BitmaskBiasDropout"),
+        ("com.microsoft", "Sampling"),
     }
 )
 """(domain, op type) of the operators whose outputs are random (``ai.onnx`` spelled ``""``);
@@ -46,24 +45,18 @@ class UnreadableModel(ValueError):
 def random_ops(model: str | bytes) -> list[str]:
     """The random operators of ``model`` (a path or the serialized model), subgraphs and
     model-local functions included, as ``domain:op_type`` (``ai.onnx`` ones bare)."""
-    if isinstance(model, bytes):
-        return _random_ops(model)
-    with open(model, "rb") as file:
-        if os.fstat(file.fileno()).st_size == 0:
+    if not isinstance(model, bytes):
+        with open(model, "rb") as file:  # read, not mapped: a file cut meanwhile is no SIGBUS
+            model = file.read()
+        if not model:
             raise UnreadableModel("the model file is empty")
-        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            return _random_ops(mapped)
-
-
-def _random_ops(raw: bytes | mmap.mmap) -> list[str]:
-    if raw[4:8] == _ORT_FORMAT_ID:  # FlatBuffers, not read here: any mention counts
-        return sorted(op for _, op in RANDOM_OPS if raw.find(op.encode()) >= 0)
+    if model[4:8] == _ORT_FORMAT_ID:  # FlatBuffers, not read here: any mention counts
+        return sorted(op for _, op in RANDOM_OPS if op.encode() in model)
     found: set[str] = set()
-    with memoryview(raw) as data:
-        try:
-            _model(data, found)
-        except IndexError:
-            raise UnreadableModel("its protobuf encoding is cut short") from None
+    try:
+        _model(memoryview(model), found)
+    except IndexError as exc:
+        raise UnreadableModel(f"its protobuf encoding cannot be read: {exc}") from None
     return sorted(found)
 
 
@@ -120,7 +113,7 @@ def _fields(data: memoryview, start: int, end: int) -> Iterator[tuple[int, int, 
         elif wire_type == 5:
             position += 4
         else:
-            raise IndexError(f"wire type {wire_type}")
+            raise IndexError(f"wire type {wire_type} (groups) is not read here")
     if position != end:
         raise IndexError("field runs past its message")
 

@@ -164,8 +164,8 @@ class Profiler:
             "{run}",
             "Serve mode: runs the twin did not complete, run again on ORT's own session.",
         )
-        atexit.register(self.shutdown)
         reference = weakref.ref(self)
+        _before_atexit_handlers(lambda: _shut_down(reference))
         os.register_at_fork(after_in_child=lambda: _after_fork(reference))
 
     # -- request thread -------------------------------------------------------------------
@@ -270,8 +270,6 @@ class Profiler:
                 )
             finally:
                 counters = self._end_counting(counting, twin)
-                if unfollow is not None:
-                    unfollow()
         except BaseException as exc:  # ORT's error on the twin: ORT's own run will say it again
             self.worker.release()
             if files is not None:
@@ -280,6 +278,9 @@ class Profiler:
                 raise
             reason = semconv.SKIP_VALUE if isinstance(exc, UnsupportedValue) else None
             return reason or semconv.SKIP_TWIN_ERROR, str(exc)
+        finally:
+            if unfollow is not None:
+                unfollow()
         thread = (threading.get_native_id(), threading.current_thread().name)
         return Profiled(outputs, ProfiledRun(files, start_ns, thread, counters))
 
@@ -332,7 +333,6 @@ class Profiler:
         """Hand a profiled run to the worker (into the place ``attempt`` reserved); the worker
         ends ``span`` at ``end_ns``."""
         self.worker.submit(lambda: self._convert(span, end_ns, run, session_facts), reserved=True)
-        self._shut_down_first_at_exit()  # about 1 µs
 
     # -- twins ----------------------------------------------------------------------------
 
@@ -589,21 +589,13 @@ class Profiler:
         self._flush_provider(deadline)
         return done
 
-    def _shut_down_first_at_exit(self) -> None:
-        """Move ``shutdown`` to the front of the exit handlers (``atexit`` calls the last
-        registered first): a tracer provider made after ``instrument()`` registered its own
-        shutdown later, and would otherwise drop the spans ``shutdown`` still delivers."""
-        with self._lock:
-            if not self._shut_down:
-                atexit.unregister(self.shutdown)
-                atexit.register(self.shutdown)
-
     def shutdown(self, timeout: float = _SHUTDOWN_TIMEOUT_S) -> None:
         """Convert what is pending, flush spans, close every twin, stop the worker thread:
-        within ``timeout`` in all."""
+        within ``timeout`` in all. Once: ``uninstrument()`` or the interpreter's exit."""
         with self._lock:
+            if self._shut_down:
+                return
             self._shut_down = True
-        atexit.unregister(self.shutdown)
         deadline = time.monotonic() + timeout
         self.worker.stop(timeout)
         self._flush_provider(deadline)
@@ -693,6 +685,22 @@ def _release_twin(reference: Callable[[], Profiler | None], twin: Twin) -> None:
     profiler = reference()
     if profiler is None or not profiler.worker.submit(twin.close):
         twin.close()
+
+
+def _before_atexit_handlers(function: Callable[[], None]) -> None:
+    """Call ``function`` at interpreter exit, before every ``atexit`` handler: threading's own
+    exit hook (``concurrent.futures`` uses it too) runs once the main thread is done, while
+    tracer providers are still up, whenever they registered their shutdown."""
+    try:
+        threading._register_atexit(function)  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # not in this Python; or already exiting
+        atexit.register(function)
+
+
+def _shut_down(reference: Callable[[], Profiler | None]) -> None:
+    profiler = reference()
+    if profiler is not None:
+        profiler.shutdown()
 
 
 def _after_fork(reference: Callable[[], Profiler | None]) -> None:

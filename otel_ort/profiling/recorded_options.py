@@ -192,18 +192,27 @@ def model_file_problem(session: Any) -> str:
     if not path:
         return ""
     recorded = session.__dict__.get(_MODEL_FILE_KEY)
-    if recorded is not None:
-        if _file_identity(path) == recorded:
-            return ""
+    if recorded is None:
+        return _changed_since_start(path)
+    if _file_identity(path) == recorded:
+        return ""
+    return "its model file changed after the session was created: a twin would load the new model"
+
+
+def _changed_since_start(path: Any) -> str:
+    """For a session created before ``instrument()``: why its file may have changed since it
+    was read, or ``""``."""
+    if _PROCESS_START is None:
         return (
-            "its model file changed after the session was created: a twin would load the new model"
+            "it was created before instrument(), and this process's start time cannot be "
+            "read to tell whether its model file changed since: create the session after "
+            "instrument()"
         )
-    started = _PROCESS_START
     try:
         info = os.stat(path)
     except (OSError, TypeError, ValueError) as exc:
         return f"its model file cannot be read ({exc}): a twin could not load the same model"
-    if started is not None and max(info.st_mtime, info.st_ctime) < started:
+    if max(info.st_mtime, info.st_ctime) < _PROCESS_START:
         return ""
     return (
         "it was created before instrument() and its model file changed after this process "

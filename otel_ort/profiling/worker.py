@@ -4,9 +4,10 @@ Jobs (building a twin, converting a profiled run) run in submission order. The q
 bounded: ``submit`` refuses a job when ``max_pending`` are waiting or promised, and the
 caller counts that. A caller that must not be refused later (a profiled run, whose profile
 is about to exist) ``reserve``s a place first and submits into it, from the same thread.
-``drain`` waits until everything submitted so far has run, and every place reserved by
-other threads has been used or released (not the caller's own: it is still on its way to
-them, e.g. a ``response_hook`` that flushes); ``stop`` drains, then ends the thread. The
+``drain`` waits until everything submitted so far has run, and every place reserved has
+been used or released but those of threads draining themselves (theirs are still on their
+way to the queue, e.g. from ``response_hook``s that flush); ``stop`` drains, then ends the
+thread. The
 thread starts on the first job and is a daemon, so a process that never calls ``stop`` can
 still exit (``atexit`` handlers drain first).
 
@@ -41,6 +42,7 @@ class Worker:
         self._busy = False
         self._reserved = 0
         self._reserved_by: dict[int, int] = {}  # thread ident → places it reserved
+        self._draining: set[int] = set()  # idents of the threads in drain()
         self._stopping = False
         self._thread: threading.Thread | None = None
 
@@ -93,11 +95,17 @@ class Worker:
         with self._condition:
             if self._thread is threading.current_thread():
                 return not self._jobs  # a job cannot wait for itself
-            return self._condition.wait_for(self._idle, timeout)
+            me = threading.get_ident()
+            self._draining.add(me)
+            self._condition.notify_all()  # other drainers stop waiting for this one's places
+            try:
+                return self._condition.wait_for(self._idle, timeout)
+            finally:
+                self._draining.discard(me)
 
     def _idle(self) -> bool:
-        mine = self._reserved_by.get(threading.get_ident(), 0)
-        return not self._jobs and not self._busy and self._reserved == mine
+        drainers = sum(self._reserved_by.get(ident, 0) for ident in self._draining)
+        return not self._jobs and not self._busy and self._reserved == drainers
 
     def stop(self, timeout: float | None = None) -> bool:
         """Run what is queued or reserved, then end the thread; ``False`` if it did not end in
