@@ -86,15 +86,6 @@ _EXPECTED: dict[str, tuple[type | None, str]] = {
     "request_hook": (None, "a callable (span, session, feeds) -> None"),
     "response_hook": (None, "a callable (span, session, outputs) -> None"),
 }
-_PROFILE_KEYS = (
-    "profile_sampler",
-    "profile_dir",
-    "profile_max_files",
-    "profile_max_bytes",
-    "profile_mode",
-    "perf_events",
-    "perf_period_ns",
-)
 _PERF_OFF = ("off", "none", "false", "0")
 
 
@@ -102,11 +93,11 @@ def parse_options(kwargs: Mapping[str, Any]) -> Options:
     """Check ``instrument()``'s options; raise ``ValueError``/``TypeError`` naming the fix.
     An ``OTEL_ORT_*`` variable otel-ort cannot use is logged instead, and profiling is off:
     under ``opentelemetry-instrument`` an error would stop every instrumentation."""
-    unknown = sorted(set(kwargs) - set(_EXPECTED) - set(_PROFILE_KEYS) - BASE_KEYS)
+    unknown = sorted(set(kwargs) - set(_EXPECTED) - set(_VARIABLES) - BASE_KEYS)
     if unknown:
         raise ValueError(
             f"OrtInstrumentor.instrument() got unknown option(s) {', '.join(map(repr, unknown))}; "
-            f"valid options are {', '.join(sorted((*_EXPECTED, *_PROFILE_KEYS)))}"
+            f"valid options are {', '.join(sorted((*_EXPECTED, *_VARIABLES)))}"
         )
     values = {key: kwargs[key] for key in _EXPECTED if kwargs.get(key) is not None}
     for key, value in values.items():
@@ -160,7 +151,7 @@ class SettingError(ValueError):
     """An ``OTEL_ORT_*`` variable otel-ort cannot use; the message names it and the fix."""
 
 
-_VARIABLES = {
+_VARIABLES = {  # the profile_* and perf_* options, and the variable each falls back to
     "profile_sampler": env.OTEL_ORT_PROFILE_SAMPLER,
     "profile_dir": env.OTEL_ORT_PROFILE_DIR,
     "profile_max_files": env.OTEL_ORT_PROFILE_MAX_FILES,

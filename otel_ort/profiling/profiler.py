@@ -73,7 +73,7 @@ from otel_ort.profiling.twin import (
     twin_config,
 )
 from otel_ort.profiling.worker import Worker
-from otel_ort.sampling import PROFILE_BAGGAGE_KEY, Never, take_forced
+from otel_ort.sampling import PROFILE_BAGGAGE_KEY, take_forced
 from otel_ort.session_facts import facts_for
 from otel_ort.spans import SpanBuilder
 from otel_ort.version import __version__
@@ -129,16 +129,8 @@ class Profiler:
         self._tracer_provider = tracer_provider
         self._store: ProfileStore | None = None
         self._unavailable = ""  # why profiling cannot work at all here, once known
-        if options.directory is not None:  # checked by the options: an error there
+        if options.directory is not None:  # checked by the options; the default: in _plan
             self._store = ProfileStore(options.directory, options.max_files, options.max_bytes)
-        elif not isinstance(options.sampler, Never):  # the default: checked now, said on runs
-            try:
-                self._store = ProfileStore(
-                    default_profile_dir(), options.max_files, options.max_bytes
-                )
-            except ProfileDirError as exc:
-                self._unavailable = str(exc)
-                _logger.warning("otel-ort: runs cannot be profiled: %s", exc)
         self.worker = Worker("otel-ort-profiler")
         perf = options.perf
         self.perf = PerfCounters(perf.events, perf.period_ns, perf.explicit) if perf else None

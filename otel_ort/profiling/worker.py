@@ -40,7 +40,6 @@ class Worker:
         self._jobs: deque[Job] = deque()
         self._condition = threading.Condition()
         self._busy = False
-        self._reserved = 0
         self._reserved_by: dict[int, int] = {}  # thread ident → places it reserved
         self._draining: set[int] = set()  # idents of the threads in drain()
         self._stopping = False
@@ -52,7 +51,6 @@ class Worker:
         with self._condition:
             if not self._has_room():
                 return False
-            self._reserved += 1
             me = threading.get_ident()
             self._reserved_by[me] = self._reserved_by.get(me, 0) + 1
             return True
@@ -63,8 +61,11 @@ class Worker:
             self._unreserve()
             self._condition.notify_all()
 
+    @property
+    def _reserved(self) -> int:
+        return sum(self._reserved_by.values())
+
     def _unreserve(self) -> None:
-        self._reserved -= 1
         me = threading.get_ident()
         left = self._reserved_by.get(me, 0) - 1
         if left > 0:
