@@ -306,6 +306,12 @@ def build_feeds(
                     f"{option} names input {name!r}, which the model does not have; "
                     f"its inputs: {', '.join(sorted(known)) or 'none'}"
                 )
+    both = sorted(set(shapes) & set(arrays))
+    if both:
+        raise UserError(
+            f"input {both[0]!r} is given by --input and --shape: an --input array has its own "
+            "shape; drop one of the two"
+        )
     rng = np.random.default_rng(SEED)
     feeds: dict[str, Any] = {}
     lines: list[str] = []

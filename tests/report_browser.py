@@ -162,7 +162,7 @@ def open_in_devtools(browser: Any, path: Path, screenshot: Path) -> dict[str, An
         if not load.first.is_visible():  # the panel is a tab, not the page
             _click_past_dialogs(page, performance)
         with page.expect_file_chooser(timeout=RENDER_TIMEOUT_MS) as chooser:
-            load.first.click()
+            _click_past_dialogs(page, load.first)  # the dialog may come at any time
         chooser.value.set_files(path)
         page.get_by_text("Summary", exact=True).wait_for(timeout=RENDER_TIMEOUT_MS)
         parsed: dict[str, Any] = _parsed_trace(page)
@@ -174,7 +174,8 @@ def open_in_devtools(browser: Any, path: Path, screenshot: Path) -> dict[str, An
 
 def _click_past_dialogs(page: Any, target: Any) -> None:
     """Click ``target``, closing (Escape) whatever dialog covers it: served this way, DevTools
-    says its debugging connection closed, as it has no page to debug."""
+    says, soon after it opens, that its debugging connection closed (it has no page to
+    debug)."""
     _retried(lambda: target.click(timeout=2000), lambda: page.keyboard.press("Escape"))
 
 

@@ -189,6 +189,9 @@ def wrong_inputs(tmp_path: Path) -> Path:
         (["--input", "x=DIR/none.npy"], "--input x=DIR/none.npy: cannot read a .npy array"),
         (["--input", "x=DIR/garbage.onnx"], "--input x=DIR/garbage.onnx: not a .npy file; save "
                                             "the array with numpy.save"),
+        (["--input", "x=DIR/wide.npy", "--shape", "x=2,8"], "input 'x' is given by --input "
+                                                             "and --shape: an --input array "
+                                                             "has its own shape"),
         (["--perf-events", "DIR/none.json"], "--perf-events: cannot read perf event file "
                                              "'DIR/none.json'"),
     ],

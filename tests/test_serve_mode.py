@@ -111,13 +111,15 @@ def test_unprofiled_runs_go_to_the_twin_with_bitwise_equal_outputs(serving: Tele
     assert not [s for s in runs if semconv.PROFILE_SKIP_REASON in attrs(s)]
 
 
-def test_runs_the_twin_cannot_follow_go_to_the_session_unchanged(
+def test_runs_the_twin_cannot_take_go_to_the_session_unchanged(
     serving: Telemetry, mlp_path: Path
 ) -> None:
     session = ort.InferenceSession(mlp_path, providers=CPU)
     expected = session.run(None, X)
     session_runs = served(session, X)
-    assert same(session.run(None, X, ort.RunOptions()), expected)  # may be terminated
+    only_path = ort.RunOptions()
+    only_path.only_execute_path_to_fetches = True  # the C API cannot set it
+    assert same(session.run(None, X, only_path), expected)
     assert same(session.run(None, {"x": X["x"].tolist()}), expected)  # ORT converts lists
     session.run_with_ort_values(None, {"x": ort.OrtValue.ortvalue_from_numpy(X["x"])})
     assert session_runs.runs == 2  # run_with_ort_values does not go through _sess.run
@@ -125,6 +127,39 @@ def test_runs_the_twin_cannot_follow_go_to_the_session_unchanged(
         session.run(None, {"x": X["x"].astype(np.float64)})  # fails on the twin, then on ORT
     assert "Unexpected input data type" in str(raised.value)
     assert session_runs.runs == 3 and serve_fallbacks(serving) == 1
+
+
+def test_runs_with_run_options_the_twin_reproduces_are_served(
+    serving: Telemetry, mlp_path: Path
+) -> None:
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    expected = session.run(None, X)
+    session_runs = served(session, X)
+    tagged = ort.RunOptions()
+    tagged.logid = "request-7"
+    tagged.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    assert same(session.run(None, X, tagged), expected)
+    assert same(session.run(None, X, run_options=ort.RunOptions()), expected)
+    assert session_runs.runs == 0 and serve_fallbacks(serving) == 0
+
+
+def test_run_options_terminate_ends_a_served_run_as_it_ends_orts_own(serving: Telemetry) -> None:
+    """``terminate`` set from another thread while the twin serves the run: the twin's run
+    ends, and ORT's own run, which then raises at once, gives the caller ORT's exception (not
+    counted as a fallback: nothing failed)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(matmul_chain(nodes=256), options, providers=CPU)
+    feeds = {"x": np.ones((512, 512), np.float32)}
+    session_runs = served(session, feeds)  # a run takes about 0.7 s here; terminated at 0.05 s
+    run_options = ort.RunOptions()
+    timer = threading.Timer(0.05, lambda: setattr(run_options, "terminate", True))
+    timer.start()
+    with pytest.raises(Exception, match="terminate flag") as caught:  # not the twin's outputs
+        session.run(None, feeds, run_options)
+    timer.join()
+    assert type(caught.value).__module__.startswith("onnxruntime")
+    assert session_runs.runs == 1 and serve_fallbacks(serving) == 0
 
 
 def test_an_output_the_twin_cannot_convert_stops_it_serving(serving: Telemetry) -> None:

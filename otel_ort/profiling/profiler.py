@@ -44,7 +44,6 @@ from otel_ort.capi import (
     CSession,
     OrtError,
     SessionConfig,
-    Termination,
     UnsupportedOutput,
     UnsupportedValue,
     load_api,
@@ -57,7 +56,7 @@ from otel_ort.perf.report import count_profile
 from otel_ort.profiling.kept import publish_run, read_run
 from otel_ort.profiling.model import Profile
 from otel_ort.profiling.reader import ProfileError
-from otel_ort.profiling.recorded_options import follow_terminate
+from otel_ort.profiling.recorded_options import following_terminate
 from otel_ort.profiling.store import (
     ProfileDirError,
     ProfileStore,
@@ -204,9 +203,9 @@ class Profiler:
 
     def _serve(self, session: Any, args: Any, kwargs: Any) -> list[Any] | None:
         """The run's outputs from the twin; ``None`` where the session must run it: a call the
-        twin cannot take or whose ``RunOptions`` it cannot follow (one may be terminated from
-        another thread), no ready twin (the first such run asks for one), a profiled run in
-        progress on the twin (its pool's counts must be its own), or the twin's failure."""
+        twin cannot take (or whose ``RunOptions`` it cannot reproduce), no ready twin (the first
+        such run asks for one), a profiled run in progress on the twin (its pool's counts must
+        be its own), or the twin's failure."""
         twin: Twin | None = session.__dict__.get(_TWIN_KEY)
         current = twin is not None and twin.state != "closed" and twin.matches(self, session)
         if twin is not None and current:
@@ -214,20 +213,39 @@ class Profiler:
             if not twin.serves_unprofiled or (pool is not None and pool.lock.locked()):
                 return None  # building, failed, not serving, or counting a profiled run
         call = _twin_call(args, kwargs)
-        if isinstance(call, str) or call[2] is not None:
+        if isinstance(call, str):
             return None
-        output_names, feeds, _ = call
+        output_names, feeds, run_options = call
         if twin is None or not current or twin.state != "ready":
             self._serving_twin(session, feeds, output_names)  # builds one if there is none
             return None
-        return self._served(twin, feeds, output_names) if twin.has_required(feeds) else None
-
-    def _served(self, twin: Twin, feeds: dict[str, Any], output_names: Any) -> list[Any] | None:
-        """The twin's outputs; ``None`` if it fails (counted): ORT's own run then returns or
-        raises as it would."""
+        if not twin.has_required(feeds):
+            return None
         try:
-            return twin.run(feeds, output_names or None)[0]
+            arguments = run_options_arguments(run_options)
+        except TwinUnavailable:
+            return None
+        return self._served(twin, feeds, output_names, run_options, arguments)
+
+    def _served(
+        self,
+        twin: Twin,
+        feeds: dict[str, Any],
+        output_names: Any,
+        run_options: Any,
+        arguments: dict[str, Any],
+    ) -> list[Any] | None:
+        """The twin's outputs; ``None`` if it fails (counted, but for a terminated run):
+        ORT's own run then returns or raises as it would."""
+        try:
+            with following_terminate(run_options) as termination:
+                outputs, _ = twin.run(
+                    feeds, output_names or None, termination=termination, **arguments
+                )
+            return outputs
         except Exception as exc:
+            if run_options is not None and run_options.terminate:
+                return None  # asked for: ORT's run raises at once, as the user expects
             self._count("serve_fallbacks")
             self._fallbacks_counter.add(1)
             if isinstance(exc, UnsupportedOutput):  # the model's: stop rather than fail again
@@ -246,22 +264,20 @@ class Profiler:
         if not self.worker.reserve():  # the conversion's place, so that no profile is lost
             return semconv.SKIP_BACKLOG, f"{self.worker.pending} profiles wait for conversion"
         files: RunFiles | None = None
-        termination, unfollow = Termination(), None
         try:
             files = self._store.new_run()
-            if run_options is not None:
-                unfollow = follow_terminate(run_options, termination)
-            counting = self._begin_counting(twin)
-            try:
-                outputs, start_ns = twin.run(
-                    feeds,
-                    output_names or None,
-                    profile_prefix=files.prefix,
-                    termination=termination,
-                    **arguments,
-                )
-            finally:
-                counters = self._end_counting(counting, twin)
+            with following_terminate(run_options) as termination:
+                counting = self._begin_counting(twin)
+                try:
+                    outputs, start_ns = twin.run(
+                        feeds,
+                        output_names or None,
+                        profile_prefix=files.prefix,
+                        termination=termination,
+                        **arguments,
+                    )
+                finally:
+                    counters = self._end_counting(counting, twin)
         except BaseException as exc:  # ORT's error on the twin: ORT's own run will say it again
             self.worker.release()
             if files is not None:
@@ -270,9 +286,6 @@ class Profiler:
                 raise
             reason = semconv.SKIP_VALUE if isinstance(exc, UnsupportedValue) else None
             return reason or semconv.SKIP_TWIN_ERROR, str(exc)
-        finally:
-            if unfollow is not None:
-                unfollow()
         thread = (threading.get_native_id(), threading.current_thread().name)
         return Profiled(outputs, ProfiledRun(files, start_ns, thread, counters))
 
@@ -633,6 +646,12 @@ def _twin_call(args: Any, kwargs: Any) -> tuple[Any, dict[str, Any], Any] | str:
             return _MISMATCH
         output_names, feeds = bound["output_names"], bound["input_feed"]
         run_options = bound.get("run_options")
+    problem = _untakeable(output_names, feeds, run_options)
+    return problem or (output_names, feeds, run_options)
+
+
+def _untakeable(output_names: Any, feeds: Any, run_options: Any) -> str:
+    """Why the twin cannot take these ``run`` arguments, or ``""``."""
     if type(feeds) is not dict:
         return f"input_feed is a {type(feeds).__name__}, not a dict"
     if output_names is not None and not isinstance(output_names, list | tuple):
@@ -640,7 +659,9 @@ def _twin_call(args: Any, kwargs: Any) -> tuple[Any, dict[str, Any], Any] | str:
     for name, value in feeds.items():
         if type(value) is not np.ndarray:
             return f"input {name!r} is a {type(value).__name__}, not a numpy array"
-    return output_names, feeds, run_options
+    if run_options is not None and type(run_options).__name__ != "RunOptions":
+        return f"run_options is a {type(run_options).__name__}, not a RunOptions"
+    return ""
 
 
 def _left(deadline: float) -> float:

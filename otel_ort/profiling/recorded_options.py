@@ -3,17 +3,18 @@
 ORT's Python options are write-only for config entries, free-dimension overrides and the
 like; the twin of a session needs them, so while instrumented the methods in
 ``OPTION_RECORDERS`` note each call against its (weakly referenced) options object. Setting
-``RunOptions.terminate`` also ends the twin runs that follow that object (``follow_terminate``),
-as it ends ORT's own.
+``RunOptions.terminate`` also ends the twin runs that follow that object
+(``following_terminate``), as it ends ORT's own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from otel_ort.capi import Termination
@@ -100,27 +101,27 @@ _FOLLOWERS: dict[int, list[Termination]] = {}
 """``id(RunOptions)`` → the terminations of twin runs in flight with it (the caller holds it)."""
 
 
-def follow_terminate(run_options: Any, termination: Termination) -> Callable[[], None]:
-    """Request ``termination`` when ``run_options.terminate`` is True now or set later, from
-    any thread, until the returned function is called (when the twin's run has returned)."""
-    key = id(run_options)
-
-    def stop() -> None:
-        with _recorded_lock:
-            followers = _FOLLOWERS.get(key, [])
-            followers.remove(termination)
-            if not followers:
-                del _FOLLOWERS[key]
-
+@contextlib.contextmanager
+def following_terminate(run_options: Any) -> Iterator[Termination | None]:
+    """A ``Termination`` for a twin's run, requested when ``run_options.terminate`` is True
+    now or set later, from any thread, until the block ends (when that run has returned);
+    ``None`` without ``RunOptions``."""
+    if run_options is None:
+        yield None
+        return
+    termination, key = Termination(), id(run_options)
     with _recorded_lock:
         _FOLLOWERS.setdefault(key, []).append(termination)
     try:
         if run_options.terminate:  # after registering: a flag set meanwhile is seen either way
             termination.request()
-    except BaseException:
-        stop()
-        raise
-    return stop
+        yield termination
+    finally:
+        with _recorded_lock:
+            followers = _FOLLOWERS.get(key, [])
+            followers.remove(termination)
+            if not followers:
+                del _FOLLOWERS[key]
 
 
 def _forwarding_terminate(original: property) -> property:

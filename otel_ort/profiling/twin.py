@@ -131,9 +131,13 @@ def required_inputs(session: Any) -> frozenset[str]:
 
 def run_options_arguments(run_options: Any) -> dict[str, Any]:
     """``CSession.run`` keyword arguments reproducing a Python ``RunOptions`` (or ``None``),
-    but its ``terminate`` flag (``follow_terminate``)."""
+    but its ``terminate`` flag (``following_terminate``)."""
     if run_options is None:
         return {}
+    if run_options.only_execute_path_to_fetches:
+        raise TwinUnavailable(
+            "its RunOptions sets only_execute_path_to_fetches, which ORT's C API cannot set"
+        )
     arguments: dict[str, Any] = {}
     if run_options.logid:
         arguments["run_tag"] = str(run_options.logid)
