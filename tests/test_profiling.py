@@ -219,8 +219,20 @@ def test_runs_that_cannot_go_to_the_twin_say_why(profiling: Telemetry, mlp_path:
         session.run_with_ort_values(None, {"x": ort.OrtValue.ortvalue_from_numpy(X["x"])})
     with profile_next_run(), pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument):
         session.run(None, {"x": X["x"].astype(np.float64)})
+    only_path = ort.RunOptions()
+    only_path.only_execute_path_to_fetches = True
+    with profile_next_run():
+        session.run(None, X, only_path)
+    with profile_next_run(), pytest.raises(TypeError):  # ORT's to refuse, as ever
+        session.run(None, X, {"terminate": False})
     reasons = [attrs(s).get(semconv.PROFILE_SKIP_REASON) for s in run_spans(profiling)]
-    assert reasons == [semconv.SKIP_VALUE, semconv.SKIP_METHOD, semconv.SKIP_TWIN_ERROR]
+    assert reasons == [
+        semconv.SKIP_VALUE,
+        semconv.SKIP_METHOD,
+        semconv.SKIP_TWIN_ERROR,
+        semconv.SKIP_TWIN_UNAVAILABLE,
+        semconv.SKIP_VALUE,
+    ]
     assert all(len(str(attrs(s)[semconv.PROFILE_SKIP_DETAIL])) <= 512 for s in run_spans(profiling))
 
 
