@@ -382,21 +382,27 @@ def test_a_full_ring_is_said_not_hidden(counter_factory: Any) -> None:
 
 def test_windows_placed_while_the_calling_thread_was_off_a_cpu_move_to_its_return() -> None:
     """The windows come from a stamp before ORT's run: a thread preempted before ORT started
-    its profile would have them early by its time off the CPU (4 ms here, a time slice)."""
+    its profile would have them early by its time off the CPU (40 µs here; a time slice,
+    milliseconds, on a loaded machine). ORT stamps every edge on a CPU, give or take its
+    rounding to whole µs (2 µs)."""
     leader = 1
-    reads = (Read(0, 0, {leader: 0}), Read(9_000, 9_000, {leader: 5_100}))
-    switches = [(100, True), (4_100, False)]  # off the CPU from 100 to 4_100
+    reads = (Read(0, 0, {leader: 0}), Read(90_000, 90_000, {leader: 51_000}))
+    switches = [(1_000, True), (41_000, False), (60_000, True), (70_000, False)]
 
-    def late(windows: list[tuple[int, int]], window_end: int = 9_000, **more: Any) -> int:
+    def late(windows: list[tuple[int, int]], window_end: int = 90_000, **more: Any) -> int:
         records = ThreadRecords(switches=list(switches))
         run = ThreadRun(7, (0, window_end), *reads, None, None, records, {"t": leader}, **more)
         return late_start(run, leader, windows)
 
-    assert late([(150, 2_000), (2_000, 3_000)]) == 3_950  # to the return, at 4_100
-    assert late([(50, 2_000)]) == 0  # on a CPU then
-    assert late([(4_200, 5_000)]) == 0
-    assert late([(150, 2_000), (2_000, 7_000)], window_end=8_000) == 1_000  # no later than that
-    assert late([(150, 2_000)], incomplete=frozenset({"switches"})) == 0
+    assert late([(1_500, 20_000), (20_000, 22_000)]) == 39_000 - 1_500  # to the return, 41_000
+    assert late([(500, 20_000)]) == 39_000 - 500  # starts on a CPU, but cannot end off it
+    assert late([(500, 2_000)]) == 0  # ends within ORT's rounding of the switch
+    assert late([(500, 900), (900, 20_000)]) == 39_000 - 500  # the first edge moves too
+    assert late([(42_000, 50_000)]) == 0
+    assert late([(1_500, 20_000), (20_000, 50_000)]) == 39_000 - 1_500  # 50_000 + 37_500 is on
+    assert late([(1_500, 20_000), (20_000, 25_000)]) == 68_000 - 20_000  # each edge on a CPU
+    assert late([(1_500, 20_000), (20_000, 70_000)], window_end=80_000) == 10_000  # no later
+    assert late([(1_500, 20_000)], incomplete=frozenset({"switches"})) == 0
     assert late([]) == 0
 
 

@@ -146,25 +146,42 @@ def _thread_values(
     return out
 
 
+_ORT_ROUNDING_NS = 2_000
+"""How early a window edge may be placed: ORT gives a node's start and duration in whole µs."""
+_MAX_MOVES = 64
+
+
 def late_start(run: ThreadRun, leader: int, windows: Sequence[tuple[int, int]]) -> int:
-    """How much later ``windows`` really are, by ``run``'s thread (the one that ran the first
-    node, i.e. the calling thread), ns.
+    """How much later ``windows`` really are, by ``run``'s thread (the calling thread, which
+    ran every node: sequential execution), ns.
 
     The windows are placed from a stamp taken just before ORT's run began; ORT's own start of
     the profile comes a little later, much later if the thread was preempted in between (a
-    whole time slice, milliseconds, on a loaded machine). The first node starts while its
-    thread is on a CPU: if the thread's switch records say it was off one then, the windows
-    move to the thread's next return to a CPU, and no further than the end of its counting
-    window allows (0 when nothing is known)."""
+    whole time slice, milliseconds, on a loaded machine). ORT stamps each node's start and end
+    on that thread, so while it is on a CPU: the windows move by the least amount that puts
+    every edge where the thread's switch records say it was on one (within ORT's rounding),
+    and no further than the end of its counting window allows (0 when nothing is known)."""
     if not windows or "switches" in run.incomplete:
         return 0
     on_cpu = _OnCpu(run, leader)
-    start = windows[0][0]
-    ends = on_cpu.starts + on_cpu.lengths
-    later = np.flatnonzero(ends > start)
-    if not len(later) or on_cpu.starts[later[0]] <= start:
+    if not len(on_cpu.starts):
         return 0
-    return int(min(on_cpu.starts[later[0]] - start, max(0, run.window[1] - windows[-1][1])))
+    starts = on_cpu.starts - _ORT_ROUNDING_NS
+    ends = on_cpu.starts + on_cpu.lengths + _ORT_ROUNDING_NS
+    edges = np.array(windows, dtype=np.float64).ravel()
+    limit = max(0, run.window[1] - windows[-1][1])
+    late = 0.0
+    for _ in range(_MAX_MOVES):  # each move is the least that puts one more edge on a CPU
+        times = edges + late
+        index = np.searchsorted(ends, times)  # the first on-CPU interval not over by then
+        off = (index == len(ends)) | (starts[np.minimum(index, len(ends) - 1)] > times)
+        if not off.any() or late > limit:
+            break
+        first = int(np.argmax(off))
+        if index[first] == len(ends):  # after the thread's last time on a CPU: inconsistent
+            break
+        late = starts[index[first]] - edges[first]
+    return int(min(late, limit))
 
 
 class _OnCpu:
