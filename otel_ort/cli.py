@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from otel_ort.profiling.store import DEFAULT_MAX_FILES
 from otel_ort.spans import DEFAULT_MAX_NODE_SPANS
 from otel_ort.version import __version__
 
@@ -165,6 +166,14 @@ def _add_profile_parser(
         help="where the profile files go (default: ./otel-ort-profiles)",
     )
     profile.add_argument(
+        "--max-files",
+        type=_at_least(1),
+        default=DEFAULT_MAX_FILES,
+        metavar="N",
+        help=f"the directory keeps the newest N profile files (default {DEFAULT_MAX_FILES}), "
+        "as instrument(profile_max_files=...)",
+    )
+    profile.add_argument(
         "--perf-events",
         metavar="EVENTS",
         help="perf events counted per node: comma-separated (e.g. task-clock,cycles), a "
@@ -186,6 +195,7 @@ def _profile(args: argparse.Namespace) -> int:
         shapes=args.shape,
         inputs=args.input,
         profile_dir=args.profile_dir or DEFAULT_PROFILE_DIR,
+        max_files=args.max_files,
         otlp_endpoint=args.otlp_endpoint,
         protocol=args.protocol,
         service_name=args.service_name,

@@ -58,6 +58,8 @@ from otel_ort.version import __version__
 
 DEFAULT_PROFILE_DIR = "otel-ort-profiles"
 SEED = 0
+_LISTED_RUNS = 20
+"""More runs than this list their first and last halves' files."""
 
 # ONNX element type (as in ORT's "tensor(float)") -> numpy dtype of the inputs built for it
 _DTYPES: dict[str, np.dtype[Any]] = {
@@ -109,6 +111,7 @@ class ProfileRequest:
     inputs: Sequence[str] = ()
     """``NAME=FILE.npy`` texts."""
     profile_dir: str = DEFAULT_PROFILE_DIR
+    max_files: int = DEFAULT_MAX_FILES
     otlp_endpoint: str | None = None
     protocol: str = "grpc"
     service_name: str | None = None
@@ -164,7 +167,7 @@ def _profile(request: ProfileRequest, out: TextIO, err: TextIO) -> None:
     api = _run_profiling_api()
     with _open_session(request.model, api) as session:
         feeds, lines = build_feeds(read_inputs(request.model), shapes, arrays)
-        store = _open_store(request.profile_dir)
+        store = _open_store(request.profile_dir, request.max_files)
         print(f"{request.model}: ONNX Runtime {api.ort_version}, C API, CPU", file=out)
         for line in lines:
             print(line, file=out)
@@ -180,7 +183,7 @@ def _profile(request: ProfileRequest, out: TextIO, err: TextIO) -> None:
                 runs = _run(session, feeds, request, store, counting, err)
             exporting = _Exporting(request) if request.otlp_endpoint else None
             try:
-                profiles = [_keep(run, store, request.model, counting, exporting) for run in runs]
+                profiles = _keep_all(runs, store, request.model, counting, exporting, err)
             finally:  # ORT's files of runs not kept (those kept are already gone)
                 for run in runs:
                     remove_files(store.written(run.files))
@@ -192,10 +195,17 @@ def _profile(request: ProfileRequest, out: TextIO, err: TextIO) -> None:
 def _print_results(
     profiles: Sequence[Profile], store: ProfileStore, model: str, counting: _Counting, out: TextIO
 ) -> None:
-    """The kept files, one line per run, what perf counted, then the tables over all runs."""
+    """The kept files, one line per run (the first and last ones of many), what perf counted,
+    then the tables over all runs."""
     print(f"\nProfile files, one per run ({VIEWERS}):", file=out)
+    half, hidden = _LISTED_RUNS // 2, max(0, len(profiles) - _LISTED_RUNS)
     for number, profile in enumerate(profiles, start=1):
-        print(f"  run {number:<3} {profile.runs[0].dur / 1000:8.3f} ms  {profile.path}", file=out)
+        if half < number <= half + hidden:
+            if number == half + 1:
+                print(f"  ... {hidden} more runs", file=out)
+            continue
+        where = profile.path if os.path.exists(profile.path) else "(deleted: see below)"
+        print(f"  run {number:<3} {profile.runs[0].dur / 1000:8.3f} ms  {where}", file=out)
     if store.deleted:
         print(
             f"  ({store.deleted} older files deleted: {store.directory} keeps the newest "
@@ -252,9 +262,9 @@ def _perf_options(events: str | None) -> PerfOptions | None:
         raise UserError(str(exc)) from None
 
 
-def _open_store(directory: str) -> ProfileStore:
+def _open_store(directory: str, max_files: int) -> ProfileStore:
     try:
-        return ProfileStore(directory, DEFAULT_MAX_FILES, DEFAULT_MAX_BYTES)
+        return ProfileStore(directory, max_files, DEFAULT_MAX_BYTES)
     except ProfileDirError as exc:
         raise UserError(f"--profile-dir: {exc}") from None
 
@@ -518,7 +528,7 @@ def _run(
     """The profiled runs, each with its own file prefix, counted; each profile's time base is
     when the run called ORT (after the inputs were converted)."""
     runs: list[_ProfiledRun] = []
-    progress = _Progress(request.runs, err)
+    progress = _Progress(request.runs, err, "profiled")
     try:
         for done in range(1, request.runs + 1):
             files = store.new_run()
@@ -537,13 +547,15 @@ def _run(
 
 
 class _Progress:
-    """``[#####.....] 5/10`` redrawn on a terminal; elsewhere a line about every tenth."""
+    """``profiled [#####.....] 5/10`` redrawn on a terminal; elsewhere a line about every
+    tenth."""
 
     _WIDTH = 20
 
-    def __init__(self, total: int, stream: TextIO) -> None:
+    def __init__(self, total: int, stream: TextIO, verb: str) -> None:
         self._total = total
         self._stream = stream
+        self._verb = verb
         self._tty = stream.isatty()
         self._tenths = 0
 
@@ -552,10 +564,11 @@ class _Progress:
             filled = self._WIDTH * done // self._total
             bar = "#" * filled + "." * (self._WIDTH - filled)
             end = "\n" if done == self._total else ""
-            print(f"\r[{bar}] {done}/{self._total}", end=end, file=self._stream, flush=True)
+            line = f"\r{self._verb:>8} [{bar}] {done}/{self._total}"
+            print(line, end=end, file=self._stream, flush=True)
         elif done * 10 // self._total > self._tenths:
             self._tenths = done * 10 // self._total
-            print(f"profiled {done}/{self._total} runs", file=self._stream, flush=True)
+            print(f"{self._verb} {done}/{self._total} runs", file=self._stream, flush=True)
 
 
 class _Exporting:
@@ -591,6 +604,26 @@ class _Exporting:
         print(f"\n{summary}", file=out)
         if lost:
             raise UserError(lost)
+
+
+def _keep_all(
+    runs: Sequence[_ProfiledRun],
+    store: ProfileStore,
+    model: str,
+    counting: _Counting,
+    exporting: _Exporting | None,
+    err: TextIO,
+) -> list[Profile]:
+    """``_keep`` each run, with progress; what the tables need of each (its runs, nodes and
+    counter tracks: the rest of its events are in its file)."""
+    profiles = []
+    progress = _Progress(len(runs), err, "kept")
+    for done, run in enumerate(runs, start=1):
+        profile = _keep(run, store, model, counting, exporting)
+        tracks = [e for e in profile.events if isinstance(e, dict) and e.get("ph") == "C"]
+        profiles.append(dataclasses.replace(profile, events=tracks))
+        progress.update(done)
+    return profiles
 
 
 def _keep(

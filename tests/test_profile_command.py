@@ -102,6 +102,24 @@ def test_default_run_prints_tables_and_keeps_one_file_per_run(
             assert 0 < cpu_ns <= (os.cpu_count() or 1) * (node.dur * 1000 + 50_000)
 
 
+def test_many_runs_list_their_first_and_last_files_and_say_what_retention_deleted(
+    mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / "p"
+    arguments = ["--runs", "25", "--max-files", "5", "--profile-dir", str(directory)]
+    assert main(["profile", str(mlp), *arguments]) == 0
+    captured = capsys.readouterr()
+    kept = {str(path) for path in kept_files(directory)}
+    assert len(kept) == 5
+    listed = [line.split()[-1] for line in captured.out.splitlines() if line.startswith("  run ")]
+    assert len(listed) == 20 and "  ... 5 more runs" in captured.out
+    assert listed[:15] == ["below)"] * 15  # "(deleted: see below)": runs 1-10, 16-20
+    assert set(listed[15:]) == kept  # runs 21-25
+    assert f"(20 older files deleted: {directory} keeps the newest 5, " in captured.out
+    assert f"{mlp}: 25 run(s), 50 node executions" in captured.out  # the tables: every run
+    assert "profiled 25/25 runs" in captured.err and "kept 25/25 runs" in captured.err
+
+
 def test_perf_off_counts_nothing(
     mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
