@@ -1,6 +1,7 @@
 """``otel-ort convert``: replay ORT profile files (any ORT, any language binding) as traces.
 
-One trace per run: a run span, a span per node, GPU kernels under their nodes. Spans go to an
+One trace per run: a run span, a span per node, GPU kernels under their nodes; the run span of
+a file otel-ort kept links to the traced run it profiled. Spans go to an
 OTLP endpoint, an OTLP/JSON lines file and/or the terminal, through an SDK TracerProvider of
 their own (``service.name`` from ``--service-name``, else ``OTEL_SERVICE_NAME``, else
 ``onnxruntime``).
@@ -18,6 +19,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanContext, TraceFlags
 
 from otel_ort import semconv
 from otel_ort.console import render_span_tree
@@ -31,6 +33,7 @@ from otel_ort.pipeline import (
     otlp_span_exporter,
 )
 from otel_ort.profiling import Profile, ProfileError, read_profile
+from otel_ort.profiling.enriched import other_data, run_ids
 from otel_ort.spans import DEFAULT_MAX_NODE_SPANS, SpanBuilder
 
 
@@ -94,17 +97,23 @@ def _send(
 ) -> int:
     """Deliver the span trees of ``profile``'s runs (with the perf counts of a file otel-ort
     kept) and say what was sent; the spans dropped."""
-    nodes = dropped = not_emitted = 0
+    nodes = dropped = not_emitted = linked = 0
     found = counters(profile.events)
-    for run in profile.runs:
+    ids = run_ids(profile.events, profile.runs, other_data(profile.path))
+    for run, (trace_id, span_id) in zip(profile.runs, ids, strict=True):
         counts = [
             {semconv.PERF_PREFIX + alias: value for alias, value in values.items()}
             for values in (found.of(node.ts, node.end) or {} for node in run.nodes)
         ]
-        dropped += delivery.deliver(builder.run_tree(profile, run, node_extra=counts))
+        link = _traced_run(trace_id, span_id)
+        linked += link is not None
+        spans = builder.run_tree(profile, run, node_extra=counts, link=link)
+        dropped += delivery.deliver(spans)
         nodes += len(run.nodes)
         not_emitted += max(0, len(run.nodes) - builder.max_node_spans)
     notes = [f"time base from {profile.start_source}"]
+    if linked:
+        notes.append(f"{linked} run span(s) linked to the traced run")
     if found.aliases:
         notes.append(f"perf counts: {', '.join(found.aliases)}")
     incomplete = sum(not run.complete for run in profile.runs)
@@ -123,3 +132,17 @@ def _send(
         file=out,
     )
     return dropped
+
+
+def _traced_run(trace_id: str | None, span_id: str | None) -> SpanContext | None:
+    """The run span of the trace a kept file names (otel-ort wrote its ids), if valid."""
+    try:
+        context = SpanContext(
+            int(trace_id or "0", 16),
+            int(span_id or "0", 16),
+            is_remote=True,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        )
+    except ValueError:
+        return None
+    return context if context.is_valid else None

@@ -24,7 +24,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
 from otel_ort import semconv
@@ -62,10 +62,12 @@ class SpanBuilder:
         parent: SpanContext | None = None,
         run_extra: Mapping[str, AttributeValue] | None = None,
         node_extra: Sequence[Mapping[str, AttributeValue]] = (),
+        link: SpanContext | None = None,
     ) -> list[ReadableSpan]:
         """A run span (child of ``parent``, else the root of a new trace) and its subtree;
         children first, the run span last. ``run_extra``, ``node_extra``: more attributes
-        for the run span and per node (as in :meth:`node_spans`), such as perf counts."""
+        for the run span and per node (as in :meth:`node_spans`), such as perf counts;
+        ``link``: a span the run span links to."""
         trace_id = parent.trace_id if parent is not None else self._ids.generate_trace_id()
         run_context = SpanContext(trace_id, self._ids.generate_span_id(), False, _SAMPLED)
         spans, summary = self.node_spans(profile, run, run_context, node_extra)
@@ -84,7 +86,15 @@ class SpanBuilder:
             run_attributes[semconv.PROFILE_TRUNCATED] = True
         if not run.complete:
             run_attributes[semconv.RUN_COMPLETE] = False
-        run_span = self._span(semconv.SPAN_RUN, run_context, parent, run_attributes, start, end)
+        run_span = self._span(
+            semconv.SPAN_RUN,
+            run_context,
+            parent,
+            run_attributes,
+            start,
+            end,
+            links=(Link(link),) if link is not None else (),
+        )
         spans.append(run_span)
         return spans
 
@@ -169,6 +179,7 @@ class SpanBuilder:
         attributes: Mapping[str, AttributeValue],
         start: int,
         end: int,
+        links: Sequence[Link] = (),
     ) -> ReadableSpan:
         return ReadableSpan(
             name=name,
@@ -179,6 +190,7 @@ class SpanBuilder:
             kind=SpanKind.INTERNAL,
             start_time=start,
             end_time=end,
+            links=links,
             instrumentation_scope=_SCOPE,
         )
 

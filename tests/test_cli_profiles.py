@@ -12,7 +12,7 @@ from otel_ort.cli import main
 from tests.conftest import file_spans
 from tests.otlp_receiver import OtlpReceiver
 from tests.profiles import model_run, node_event, session_level_profile
-from tests.test_report import kept_file
+from tests.test_report import SPAN_ID, TRACE_ID, kept_file
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +129,13 @@ def test_convert_of_a_kept_file_puts_its_perf_counts_on_the_node_spans(
     path = kept_file(tmp_path / "perf.json", events, {7: "MainThread (run)"}, counts)
     output = tmp_path / "spans.jsonl"
     assert main(["convert", str(path), "--output", str(output)]) == 0
-    assert "perf counts: task-clock, page-faults" in capsys.readouterr().out
-    nodes = {span["name"]: span for span in file_spans(output) if span["name"] in ("a", "b")}
+    out = capsys.readouterr().out
+    assert "; 1 run span(s) linked to the traced run; perf counts: task-clock, page-faults" in out
+    spans = file_spans(output)
+    (run,) = [span for span in spans if span["name"] == semconv.SPAN_RUN]
+    assert [(link["traceId"], link["spanId"]) for link in run["links"]] == [(TRACE_ID, SPAN_ID)]
+    assert run["traceId"] != TRACE_ID  # a trace of its own, next to the one it profiled
+    nodes = {span["name"]: span for span in spans if span["name"] in ("a", "b")}
     values = {
         name: {a["key"]: a["value"] for a in span["attributes"] if a["key"].startswith("perf.")}
         for name, span in nodes.items()

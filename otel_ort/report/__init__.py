@@ -6,9 +6,9 @@ with their perf counters when the file has them, and the run's trace and span id
 styles and data are inline and the page's Content-Security-Policy forbids any fetch, so it
 opens from disk, offline, and never calls out.
 
-Modules: ``enriched`` reads what otel-ort's kept files add to ORT's events (``otherData``,
-thread names, trace ids, perf counter tracks), ``model`` turns a read profile into the
-page's compact data, ``html`` assembles the page from it and ``static/``.
+Modules: ``model`` turns a read profile (with what ``otel_ort.profiling.enriched`` reads of
+otel-ort's additions to a kept file) into the page's compact data, ``html`` assembles the
+page from it and ``static/``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from otel_ort.gc_pause import gc_paused
+from otel_ort.profiling import enriched
 from otel_ort.profiling.model import Profile
 from otel_ort.profiling.reader import ProfileError, read_profile
-from otel_ort.report import enriched
 from otel_ort.report.html import render_page
 from otel_ort.report.model import DEFAULT_TOP, ReportError, page_data
 

@@ -30,8 +30,8 @@ from typing import Any
 
 from otel_ort import semconv
 from otel_ort.perf.tracks import Counters, counters
+from otel_ort.profiling import enriched
 from otel_ort.profiling.model import KernelRecord, Profile, RunRecord
-from otel_ort.report import enriched
 from otel_ort.summary import totals_by
 from otel_ort.version import __version__
 
