@@ -202,7 +202,7 @@ def _print_results(
     for number, profile in enumerate(profiles, start=1):
         if half < number <= half + hidden:
             if number == half + 1:
-                print(f"  ... {hidden} more runs", file=out)
+                print(f"  ... {_plural(hidden, 'more run')}", file=out)
             continue
         where = profile.path if os.path.exists(profile.path) else "(deleted: see below)"
         print(f"  run {number:<3} {profile.runs[0].dur / 1000:8.3f} ms  {where}", file=out)

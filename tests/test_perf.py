@@ -401,7 +401,8 @@ def test_windows_placed_while_the_calling_thread_was_off_a_cpu_move_to_its_retur
     assert late([(42_000, 50_000)]) == 0
     assert late([(1_500, 20_000), (20_000, 50_000)]) == 39_000 - 1_500  # 50_000 + 37_500 is on
     assert late([(1_500, 20_000), (20_000, 25_000)]) == 68_000 - 20_000  # each edge on a CPU
-    assert late([(1_500, 20_000), (20_000, 70_000)], window_end=80_000) == 10_000  # no later
+    assert late([(1_500, 20_000), (20_000, 70_000)], window_end=80_000) == 0  # nothing fits
+    assert late([(1_500, 20_000), (20_000, 60_000)]) == 0  # the move needed ends past the window
     assert late([(1_500, 20_000)], incomplete=frozenset({"switches"})) == 0
     assert late([]) == 0
 

@@ -152,6 +152,15 @@ def test_run_options_terminate_ends_a_served_run_as_it_ends_orts_own(serving: Te
     session = ort.InferenceSession(matmul_chain(nodes=256), options, providers=CPU)
     feeds = {"x": np.ones((512, 512), np.float32)}
     session_runs = served(session, feeds)  # a run takes about 0.7 s here; terminated at 0.05 s
+    twin = session.__dict__["_otel_ort_twin"]
+    terminations: list[Any] = []
+    twin_run = twin.run
+
+    def watched_twin_run(*args: Any, **kwargs: Any) -> Any:
+        terminations.append(kwargs.get("termination"))
+        return twin_run(*args, **kwargs)
+
+    twin.run = watched_twin_run
     run_options = ort.RunOptions()
     timer = threading.Timer(0.05, lambda: setattr(run_options, "terminate", True))
     timer.start()
@@ -159,6 +168,7 @@ def test_run_options_terminate_ends_a_served_run_as_it_ends_orts_own(serving: Te
         session.run(None, feeds, run_options)
     timer.join()
     assert type(caught.value).__module__.startswith("onnxruntime")
+    assert [t.requested for t in terminations] == [True]  # the twin took it, and was ended
     assert session_runs.runs == 1 and serve_fallbacks(serving) == 0
 
 

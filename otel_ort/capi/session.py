@@ -65,6 +65,10 @@ class Termination:
         self._requested = False
         self._terminate: Callable[[], None] | None = None
 
+    @property
+    def requested(self) -> bool:
+        return self._requested
+
     def request(self) -> None:
         with self._lock:
             self._requested = True

@@ -159,8 +159,9 @@ def late_start(run: ThreadRun, leader: int, windows: Sequence[tuple[int, int]]) 
     the profile comes a little later, much later if the thread was preempted in between (a
     whole time slice, milliseconds, on a loaded machine). ORT stamps each node's start and end
     on that thread, so while it is on a CPU: the windows move by the least amount that puts
-    every edge where the thread's switch records say it was on one (within ORT's rounding),
-    and no further than the end of its counting window allows (0 when nothing is known)."""
+    every edge where the thread's switch records say it was on one (within ORT's rounding,
+    either side: ORT's steady clock is also not perf's realtime one); 0 when nothing is known
+    or no move within the end of its counting window fits."""
     if not windows or "switches" in run.incomplete:
         return 0
     on_cpu = _OnCpu(run, leader)
@@ -175,13 +176,15 @@ def late_start(run: ThreadRun, leader: int, windows: Sequence[tuple[int, int]]) 
         times = edges + late
         index = np.searchsorted(ends, times)  # the first on-CPU interval not over by then
         off = (index == len(ends)) | (starts[np.minimum(index, len(ends) - 1)] > times)
-        if not off.any() or late > limit:
-            break
+        if not off.any():
+            return int(late)
         first = int(np.argmax(off))
-        if index[first] == len(ends):  # after the thread's last time on a CPU: inconsistent
-            break
+        if index[first] == len(ends):  # after the thread's last time on a CPU
+            return 0
         late = starts[index[first]] - edges[first]
-    return int(min(late, limit))
+        if late > limit:
+            return 0
+    return 0
 
 
 class _OnCpu:

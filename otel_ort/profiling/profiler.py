@@ -31,6 +31,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from onnxruntime import RunOptions
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.baggage import _BAGGAGE_KEY
@@ -153,7 +154,8 @@ class Profiler:
         self._fallbacks_counter = meter.create_counter(
             semconv.METRIC_SERVE_FALLBACKS,
             "{run}",
-            "Serve mode: runs the twin did not complete, run again on ORT's own session.",
+            "Serve mode: runs the twin did not complete (not those RunOptions.terminate ended), "
+            "run again on ORT's own session.",
         )
         reference = weakref.ref(self)
         _before_atexit_handlers(lambda: _shut_down(reference))
@@ -237,6 +239,7 @@ class Profiler:
     ) -> list[Any] | None:
         """The twin's outputs; ``None`` if it fails (counted, but for a terminated run):
         ORT's own run then returns or raises as it would."""
+        termination = None
         try:
             with following_terminate(run_options) as termination:
                 outputs, _ = twin.run(
@@ -244,8 +247,8 @@ class Profiler:
                 )
             return outputs
         except Exception as exc:
-            if run_options is not None and run_options.terminate:
-                return None  # asked for: ORT's run raises at once, as the user expects
+            if termination is not None and termination.requested:
+                return None  # asked for: ORT's run sees the flag too, as without otel-ort
             self._count("serve_fallbacks")
             self._fallbacks_counter.add(1)
             if isinstance(exc, UnsupportedOutput):  # the model's: stop rather than fail again
@@ -659,7 +662,7 @@ def _untakeable(output_names: Any, feeds: Any, run_options: Any) -> str:
     for name, value in feeds.items():
         if type(value) is not np.ndarray:
             return f"input {name!r} is a {type(value).__name__}, not a numpy array"
-    if run_options is not None and type(run_options).__name__ != "RunOptions":
+    if run_options is not None and not isinstance(run_options, RunOptions):
         return f"run_options is a {type(run_options).__name__}, not a RunOptions"
     return ""
 
