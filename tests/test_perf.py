@@ -380,7 +380,14 @@ def test_a_full_ring_is_said_not_hidden(counter_factory: Any) -> None:
     assert counts.attribution.unattributed["page-faults"] > 0
 
 
-def test_windows_placed_while_the_calling_thread_was_off_a_cpu_move_to_its_return() -> None:
+EPOCHS = (0, 1_795_000_000_000_000_123)
+"""Times as given (ns since the epoch, which float64 holds only to 256 ns) must come out exact."""
+
+
+@pytest.mark.parametrize("epoch", EPOCHS)
+def test_windows_placed_while_the_calling_thread_was_off_a_cpu_move_to_its_return(
+    epoch: int,
+) -> None:
     """The windows come from a stamp before ORT's run: a thread preempted before ORT started
     its profile would have them early by its time off the CPU (40 µs here; a time slice,
     milliseconds, on a loaded machine). ORT stamps every edge on a CPU, give or take its
@@ -390,9 +397,10 @@ def test_windows_placed_while_the_calling_thread_was_off_a_cpu_move_to_its_retur
     switches = [(1_000, True), (41_000, False), (60_000, True), (70_000, False)]
 
     def late(windows: list[tuple[int, int]], window_end: int = 90_000, **more: Any) -> int:
-        records = ThreadRecords(switches=list(switches))
-        run = ThreadRun(7, (0, window_end), *reads, None, None, records, {"t": leader}, **more)
-        return late_start(run, leader, windows)
+        records = ThreadRecords(switches=[(epoch + at, out) for at, out in switches])
+        window = (epoch, epoch + window_end)
+        run = ThreadRun(7, window, *reads, None, None, records, {"t": leader}, **more)
+        return late_start(run, leader, [(epoch + a, epoch + b) for a, b in windows])
 
     assert late([(1_500, 20_000), (20_000, 22_000)]) == 39_000 - 1_500  # to the return, 41_000
     assert late([(500, 20_000)]) == 39_000 - 500  # starts on a CPU, but cannot end off it
@@ -418,25 +426,28 @@ def test_runs_of_the_parallel_executor_are_not_placed_by_the_calling_thread(
     assert raw.calling_tid is None and counts.late_ns == 0
 
 
-def test_multiplexed_and_never_running_counters_are_scaled_or_absent() -> None:
+@pytest.mark.parametrize("epoch", EPOCHS)
+def test_multiplexed_and_never_running_counters_are_scaled_or_absent(epoch: int) -> None:
     """Hardware groups cannot be opened on a VM without a PMU: the arithmetic on the reads a
     multiplexed dense group gives, next to a software group that always runs."""
     task_clock, cpu_clock, cycles = 1, 2, 3
     software = (Read(0, 0, {task_clock: 0}), Read(3_000, 3_000, {task_clock: 3_000}))
     dense_before = Read(0, 0, {cpu_clock: 0, cycles: 0})
-    halfway = GroupSample(1_000, 1_000, 500, {cpu_clock: 500, cycles: 400})  # ran half the time
-    stalled = GroupSample(2_000, 2_000, 500, {cpu_clock: 500, cycles: 400})  # then never ran
+    halfway = GroupSample(epoch + 1_000, 1_000, 500, {cpu_clock: 500, cycles: 400})  # ran half
+    stalled = GroupSample(epoch + 2_000, 2_000, 500, {cpu_clock: 500, cycles: 400})  # then none
     dense_after = Read(3_000, 1_000, {cpu_clock: 1_000, cycles: 800})
     records = ThreadRecords(group_samples=[halfway, stalled])
     ids = {"task-clock": task_clock, "cyc": cycles}
-    run = ThreadRun(7, (0, 3_000), *software, dense_before, dense_after, records, ids)
+    window = (epoch, epoch + 3_000)
+    run = ThreadRun(7, window, *software, dense_before, dense_after, records, ids)
     counted = Counted({"task-clock": "time", "cyc": "dense"}, "task-clock")
-    result = attribute([run], [(0, 1_000), (1_200, 2_200), (2_600, 3_000)], counted)
-    assert [node["task-clock"] for node in result.nodes] == [1_000, 1_000, 400]
-    assert result.between["task-clock"] == 600 and result.totals["task-clock"] == 3_000
+    windows = [(epoch + a, epoch + b) for a, b in ((0, 1_000), (1_201, 2_201), (2_601, 3_000))]
+    result = attribute([run], windows, counted)
+    assert [node["task-clock"] for node in result.nodes] == [1_000, 1_000, 399]
+    assert result.between["task-clock"] == 601 and result.totals["task-clock"] == 3_000
     assert result.nodes[0]["cyc"] == pytest.approx(800)  # 400 raw, scaled x 2
     assert math.isnan(result.nodes[1]["cyc"])  # overlaps the step when the group never ran
-    assert result.nodes[2]["cyc"] == pytest.approx(320)  # 0.4 of the last step's 800
+    assert result.nodes[2]["cyc"] == pytest.approx(319.2)  # 0.399 of the last step's 800
     assert math.isnan(result.totals["cyc"])
     assert result.scaling["cyc"] == (3_000, 1_000)
 

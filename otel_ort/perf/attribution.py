@@ -86,11 +86,12 @@ def attribute(
     runs: Sequence[ThreadRun], windows: Sequence[tuple[int, int]], counted: Counted
 ) -> Attribution:
     """Per-node values for ``windows`` (ns ``(start, end)``; not overlapping) from ``runs``."""
-    starts = np.array([w[0] for w in windows], dtype=np.float64)
-    ends = np.array([w[1] for w in windows], dtype=np.float64)
+    origin = windows[0][0] if windows else 0
+    starts = _since(origin, [w[0] for w in windows])
+    ends = _since(origin, [w[1] for w in windows])
     result = Attribution([{} for _ in windows], [{} for _ in windows])
     for run in runs:
-        on_cpu = _OnCpu(run, run.ids[counted.time_alias])
+        on_cpu = _OnCpu(run, run.ids[counted.time_alias], origin)
         per_node = _thread_values(run, on_cpu, starts, ends, counted, result)
         node_time = per_node[counted.time_alias]
         for index in np.flatnonzero(node_time > 0).tolist():
@@ -118,14 +119,14 @@ def _thread_values(
             recorded[alias] = on_cpu.total
             total = float(_delta(run, run.ids[alias]))
         elif kind == "switches":
-            times = np.array([t for t, out_ in run.records.switches if out_], dtype=np.float64)
-            out[alias] = _counts_in(times, starts, ends, run.window)
-            recorded[alias] = total = float(len(_inside(times, run.window)))
+            times = on_cpu.since([t for t, out_ in run.records.switches if out_])
+            out[alias] = _counts_in(times, starts, ends, on_cpu.window)
+            recorded[alias] = total = float(len(_inside(times, on_cpu.window)))
         elif kind == "sparse":
             event = run.ids[alias]
-            times = np.array(run.records.events.get(event, ()), dtype=np.float64)
-            out[alias] = _counts_in(times, starts, ends, run.window)
-            recorded[alias] = float(len(_inside(times, run.window)))
+            times = on_cpu.since(run.records.events.get(event, ()))
+            out[alias] = _counts_in(times, starts, ends, on_cpu.window)
+            recorded[alias] = float(len(_inside(times, on_cpu.window)))
             total = float(_delta(run, event))
             _add(result.unattributed, alias, total - recorded[alias])
         else:
@@ -164,12 +165,13 @@ def late_start(run: ThreadRun, leader: int, windows: Sequence[tuple[int, int]]) 
     or no move within the end of its counting window fits."""
     if not windows or "switches" in run.incomplete:
         return 0
-    on_cpu = _OnCpu(run, leader)
+    origin = windows[0][0]
+    on_cpu = _OnCpu(run, leader, origin)
     if not len(on_cpu.starts):
         return 0
     starts = on_cpu.starts - _ORT_ROUNDING_NS
     ends = on_cpu.starts + on_cpu.lengths + _ORT_ROUNDING_NS
-    edges = np.array(windows, dtype=np.float64).ravel()
+    edges = _since(origin, [edge for window in windows for edge in window])
     limit = max(0, run.window[1] - windows[-1][1])
     late = 0.0
     for _ in range(_MAX_MOVES):  # each move is the least that puts one more edge on a CPU
@@ -188,28 +190,35 @@ def late_start(run: ThreadRun, leader: int, windows: Sequence[tuple[int, int]]) 
 
 
 class _OnCpu:
-    """A thread's on-CPU intervals inside its window, from its switch records."""
+    """A thread's on-CPU intervals inside its window, from its switch records; times in ns
+    since ``origin`` (float64 holds ns since the epoch only to 256 ns)."""
 
-    def __init__(self, run: ThreadRun, leader: int) -> None:
+    def __init__(self, run: ThreadRun, leader: int, origin: int) -> None:
+        self.origin = origin
         begin, end = run.window
+        self.window = (begin - origin, end - origin)
         switches = sorted(run.records.switches)
         # on a CPU when counting began if its first switch is out; with no switch at all, on a
         # CPU throughout or never
         on = switches[0][1] if switches else _delta(run, leader) > (end - begin) / 2
-        edges: list[float] = []
-        since = float(begin)
+        edges: list[int] = []
+        since = begin
         for when, out in switches:
-            time = float(min(max(when, begin), end))
+            time = min(max(when, begin), end)
             if out and on:
                 edges += (since, time)
             since, on = time, not out
         if on:
-            edges += (since, float(end))
-        pairs = np.array(edges, dtype=np.float64).reshape(-1, 2)
+            edges += (since, end)
+        pairs = self.since(edges).reshape(-1, 2)
         self.starts = pairs[:, 0]
         self.lengths = pairs[:, 1] - pairs[:, 0]
         self.before = np.concatenate(([0.0], np.cumsum(self.lengths)))
         self.total = float(self.before[-1])
+
+    def since(self, times: Sequence[int]) -> Array:
+        """Absolute ``times`` (ns) as ns since ``origin``."""
+        return _since(self.origin, times)
 
     def at(self, times: Array) -> Array:
         """On-CPU time from the window's start up to each of ``times``."""
@@ -233,7 +242,7 @@ def _dense_series(
         s for s in run.records.group_samples if first_read.enabled <= s.enabled <= last_read.enabled
     ]
     reads = [first_read, *(Read(s.enabled, s.running, s.values) for s in samples), last_read]
-    at = [0.0, *on_cpu.at(np.array([s.time for s in samples], dtype=np.float64)).tolist()]
+    at = [0.0, *on_cpu.at(on_cpu.since([s.time for s in samples])).tolist()]
     at.append(on_cpu.total)
     positions, values, unknown = [0.0], [0.0], [0]
     for (first, second), position in zip(itertools.pairwise(reads), at[1:], strict=True):
@@ -247,6 +256,11 @@ def _dense_series(
     running = last_read.running - first_read.running
     scale = (enabled, running) if enabled else None
     return np.array(positions), np.array(values), np.array(unknown, dtype=np.float64), scale
+
+
+def _since(origin: int, times: Sequence[int]) -> Array:
+    """Absolute ``times`` (ns) as float ns since ``origin``, exact before the conversion."""
+    return (np.array(times, dtype=np.int64) - origin).astype(np.float64)
 
 
 def _counts_in(times: Array, starts: Array, ends: Array, window: tuple[int, int]) -> Array:
