@@ -97,13 +97,29 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "report":
         return _report(args)
     if args.command == "demo":
-        from otel_ort.demo import run_demo
+        return _demo(args)
+    return 0
 
-        try:
-            run_demo(args.output_dir, args.requests, otlp_endpoint=args.otlp_endpoint)
-        except (RuntimeError, OSError, ValueError) as exc:
-            print(f"otel-ort demo: {exc}", file=sys.stderr)
-            return 1
+
+def _demo(args: argparse.Namespace) -> int:
+    from otel_ort.demo import run_demo
+
+    try:
+        lost = run_demo(args.output_dir, args.requests, otlp_endpoint=args.otlp_endpoint)
+    except OSError as exc:
+        where = f"cannot write {exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+        print(f"otel-ort demo: {where}; choose another --output-dir", file=sys.stderr)
+        return 1
+    except (RuntimeError, ValueError) as exc:
+        print(f"otel-ort demo: {exc}", file=sys.stderr)
+        return 1
+    if lost:
+        print(
+            f"otel-ort demo: {lost} spans did not reach {args.otlp_endpoint}: is a collector "
+            "listening there? (`make up` starts one)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

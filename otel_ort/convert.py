@@ -55,13 +55,21 @@ def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | N
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     memory = InMemorySpanExporter() if options.console else None
     exporters: list[SpanExporter] = [memory] if memory is not None else []
+    if options.output:
+        try:
+            exporters.append(OtlpJsonFileSpanExporter(options.output))
+        except OSError as exc:
+            print(
+                f"otel-ort convert: cannot write {options.output} ({exc.strerror or exc}): "
+                "pick a writable file with --output",
+                file=sys.stderr,
+            )
+            return 1
     otlp = None
     if options.otlp_endpoint:
         inner = otlp_span_exporter(options.protocol, options.otlp_endpoint)
         otlp = CountingSpanExporter(inner, Endpoint(options.otlp_endpoint, pause_s=0.0))
         exporters.append(otlp)
-    if options.output:
-        exporters.append(OtlpJsonFileSpanExporter(options.output))
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     builder = SpanBuilder(provider, options.max_node_spans)

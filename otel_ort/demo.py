@@ -61,8 +61,9 @@ def run_demo(
     requests: int = 20,
     out: TextIO | None = None,
     otlp_endpoint: str | None = None,
-) -> Path:
-    """Run the demo, reporting on ``out`` (stdout); return the path of the spans file."""
+) -> int:
+    """Run the demo, reporting on ``out`` (stdout); return how many spans did not reach
+    ``otlp_endpoint`` (0 without one)."""
     out = out or sys.stdout
     output_dir.mkdir(parents=True, exist_ok=True)
     model_path = output_dir / "mlp.onnx"
@@ -108,8 +109,7 @@ def run_demo(
         _print_profile_files(profiled, output_dir, out)
     if telemetry.otlp is not None:
         telemetry.otlp.shutdown()
-    _print_export(telemetry.otlp, out)
-    return spans_path
+    return _print_export(telemetry.otlp, out)
 
 
 def _telemetry(spans_path: Path, otlp_endpoint: str | None) -> _Telemetry:
@@ -142,9 +142,10 @@ def _serve(model_path: Path, tracer: Tracer, requests: int, out: TextIO) -> None
                 if index == 0:  # on demand; this first one builds the session's twin
                     with profile_next_run():
                         session.run(None, feeds)
-                    flush_profiles()  # a service would not wait: its next runs would
                 else:
                     session.run(None, feeds)
+            if index == 0:
+                flush_profiles()  # a service would not wait: its next runs would
         with tracer.start_as_current_span("demo.bad_request"):
             try:  # a wrong shape: ORT raises, the span records it, the caller sees ORT's error
                 session.run(None, {"x": np.zeros((8, 3), np.float32)})
@@ -161,12 +162,19 @@ def _print_profile_files(profiled: Sequence[ReadableSpan], output_dir: Path, out
     print(f"report:   {report}  (open in a browser: timeline, op types, top nodes)", file=out)
 
 
-def _print_export(otlp: Telemetry | None, out: TextIO) -> None:
+def _print_export(otlp: Telemetry | None, out: TextIO) -> int:
+    """Where the spans went; the number that did not get there."""
     if otlp is not None:
-        lost = otlp.dropped()
-        verdict = f"dropped {lost} (is a collector listening there?)" if lost else "all sent"
+        dropped = otlp.dropped()
+        lost = sum(dropped.values())
+        reasons = []  # "requests.export_failed": 10 -> "requests: 10 export failed"
+        for key, count in sorted(dropped.items()):
+            stream, _, reason = key.partition(".")
+            reasons.append(f"{stream}: {count} {reason.replace('_', ' ')}")
+        why = ", ".join(reasons)
+        verdict = f"{lost} spans not sent ({why})" if lost else "all sent"
         print(f"OTLP:     spans and metrics to {otlp.endpoint.target}: {verdict}", file=out)
-        return
+        return lost
     print(
         "\nTo see the same in Jaeger or Grafana Tempo: `make up` (docker compose: collector, "
         "Jaeger, Tempo,\nPrometheus, Grafana), then `otel-ort demo --otlp-endpoint "
@@ -174,6 +182,7 @@ def _print_export(otlp: Telemetry | None, out: TextIO) -> None:
         f"{SERVICE_NAME}) or Grafana at http://localhost:3000.",
         file=out,
     )
+    return 0
 
 
 def _print_profiled_run(run: ReadableSpan, spans: Sequence[ReadableSpan], out: TextIO) -> None:

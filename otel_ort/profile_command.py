@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-import numpy as np
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -31,6 +29,14 @@ from opentelemetry.trace import SpanContext, format_span_id, format_trace_id
 
 from otel_ort.capi import CApi, CSession, OrtError, SessionConfig, UnsupportedValue, load_api
 from otel_ort.delivery import SpanDelivery
+from otel_ort.model_inputs import (
+    InputError,
+    build_feeds,
+    load_array,
+    parse_dims,
+    parse_pairs,
+    read_inputs,
+)
 from otel_ort.options import PerfOptions, perf_options
 from otel_ort.perf.counting import Counting, PerfCounters, Pool, RawRun
 from otel_ort.perf.report import ProfileCounts, count_profile
@@ -57,28 +63,13 @@ from otel_ort.summary import summarize
 from otel_ort.version import __version__
 
 DEFAULT_PROFILE_DIR = "otel-ort-profiles"
-SEED = 0
 _LISTED_RUNS = 20
 """More runs than this list their first and last halves' files."""
 
-# ONNX element type (as in ORT's "tensor(float)") -> numpy dtype of the inputs built for it
-_DTYPES: dict[str, np.dtype[Any]] = {
-    name: np.dtype(dtype)
-    for name, dtype in (
-        ("float", np.float32), ("double", np.float64), ("float16", np.float16),
-        ("int8", np.int8), ("int16", np.int16), ("int32", np.int32), ("int64", np.int64),
-        ("uint8", np.uint8), ("uint16", np.uint16), ("uint32", np.uint32), ("uint64", np.uint64),
-        ("bool", np.bool_), ("string", np.object_),
-    )
-}  # fmt: skip
-_WORDS = np.array(["the", "model", "runs", "fast", "on", "random", "words", "today"], object)
-_INT_HIGH = 10
-"""Random integers are drawn from 0..9, valid indices for Gather and embeddings."""
 _INPUTS_HINT = (
     "; inputs made up from the signature may not suit the model (indices, lengths, masks): "
     "give real ones with --input NAME=FILE.npy"
 )
-_NPY_MAGIC = b"\x93NUMPY"
 
 
 class _ModelFailed(Exception):
@@ -119,30 +110,6 @@ class ProfileRequest:
     """As ``instrument(perf_events=...)``; ``None``: ``$OTEL_ORT_PERF_EVENTS`` or the defaults."""
 
 
-@dataclass(frozen=True)
-class InputSpec:
-    """One model input as ORT's Python API describes it."""
-
-    name: str
-    type: str
-    """``tensor(float)``, ``seq(tensor(int64))``, ..."""
-    dims: tuple[int | str | None, ...]
-    """Fixed sizes, symbolic names, or ``None`` when unknown."""
-
-    @property
-    def element(self) -> str:
-        return self.type.removeprefix("tensor(").removesuffix(")")
-
-    @property
-    def dtype(self) -> np.dtype[Any] | None:
-        return _DTYPES.get(self.element) if self.type.startswith("tensor(") else None
-
-    def describe(self) -> str:
-        dtype = self.dtype
-        element = self.element if dtype is None or dtype.kind == "O" else str(dtype)
-        return f"{element}{_dims_text(self.dims)}"
-
-
 def run_profile(
     request: ProfileRequest, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
@@ -151,7 +118,7 @@ def run_profile(
     err = err or sys.stderr
     try:
         _profile(request, out, err)
-    except UserError as exc:
+    except (UserError, InputError) as exc:
         print(f"otel-ort profile: {exc}", file=err)
         return 1
     return 0
@@ -161,12 +128,13 @@ def _profile(request: ProfileRequest, out: TextIO, err: TextIO) -> None:
     if not os.path.isfile(request.model):
         what = "is a directory" if os.path.isdir(request.model) else "not found"
         raise UserError(f"model {request.model!r} {what}: pass the path of an .onnx file")
-    shapes = {name: _parse_dims(name, text) for name, text in _pairs(request.shapes, "--shape")}
-    arrays = {name: _load_array(name, path) for name, path in _pairs(request.inputs, "--input")}
+    shapes = parse_pairs(request.shapes, "--shape", parse_dims)
+    arrays = parse_pairs(request.inputs, "--input", load_array)
     perf = _perf_options(request.perf_events)
     api = _run_profiling_api()
+    # before the profiled session opens: read_inputs's own session is gone by then
+    feeds, lines = build_feeds(read_inputs(request.model), shapes, arrays)
     with _open_session(request.model, api) as session:
-        feeds, lines = build_feeds(read_inputs(request.model), shapes, arrays)
         store = _open_store(request.profile_dir, request.max_files)
         print(f"{request.model}: ONNX Runtime {api.ort_version}, C API, CPU", file=out)
         for line in lines:
@@ -216,45 +184,6 @@ def _print_results(
     print(f"\n{summarize(profiles, title=model)}", file=out)
 
 
-def _pairs(texts: Sequence[str], option: str) -> list[tuple[str, str]]:
-    """``NAME=VALUE`` texts → (name, value) pairs."""
-    pairs = []
-    for text in texts:
-        name, equals, value = text.partition("=")
-        if not (equals and name and value):
-            example = "x=1,3,224,224" if option == "--shape" else "x=batch.npy"
-            raise UserError(f"{option} {text!r}: expected NAME=VALUE, e.g. {option} {example}")
-        pairs.append((name, value))
-    return pairs
-
-
-def _parse_dims(name: str, text: str) -> tuple[int, ...]:
-    try:
-        dims = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        dims = (-1,)
-    if any(dim < 0 for dim in dims):
-        raise UserError(
-            f"--shape {name}={text}: dimensions must be whole numbers separated by commas, "
-            f"e.g. --shape {name}=1,3,224,224"
-        )
-    return dims
-
-
-def _load_array(name: str, path: str) -> Any:
-    try:
-        with open(path, "rb") as file:
-            if file.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
-                raise UserError(
-                    f"--input {name}={path}: not a .npy file; save the array with numpy.save"
-                )
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise UserError(
-            f"--input {name}={path}: cannot read a .npy array from it ({exc})"
-        ) from None
-
-
 def _perf_options(events: str | None) -> PerfOptions | None:
     try:
         return perf_options({"perf_events": events}, lambda key: "--" + key.replace("_", "-"))
@@ -288,132 +217,6 @@ def _open_session(model: str, api: CApi) -> CSession:
         return CSession(SessionConfig(model=model), api)
     except (OrtError, UnsupportedValue) as exc:
         raise UserError(f"{model}: ONNX Runtime cannot open this model: {exc}") from None
-
-
-def read_inputs(model: str) -> list[InputSpec]:
-    """The model's inputs with their types and dimensions (read through ORT's Python API: the
-    C API binding does not expose dimensions)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    return [InputSpec(arg.name, arg.type, tuple(arg.shape)) for arg in session.get_inputs()]
-
-
-def build_feeds(
-    specs: Sequence[InputSpec],
-    shapes: Mapping[str, tuple[int, ...]],
-    arrays: Mapping[str, Any],
-) -> tuple[dict[str, Any], list[str]]:
-    """The feeds for ``specs`` and a line describing each input (and notes)."""
-    known = {spec.name for spec in specs}
-    for option, names in (("--shape", shapes), ("--input", arrays)):
-        for name in names:
-            if name not in known:
-                raise UserError(
-                    f"{option} names input {name!r}, which the model does not have; "
-                    f"its inputs: {', '.join(sorted(known)) or 'none'}"
-                )
-    both = sorted(set(shapes) & set(arrays))
-    if both:
-        raise UserError(
-            f"input {both[0]!r} is given by --input and --shape: an --input array has its own "
-            "shape; drop one of the two"
-        )
-    rng = np.random.default_rng(SEED)
-    feeds: dict[str, Any] = {}
-    lines: list[str] = []
-    for spec in specs:
-        if spec.name in arrays:
-            feeds[spec.name] = _checked(spec, arrays[spec.name])
-            lines.append(f"input {spec.name}: {_described(feeds[spec.name])} from --input")
-            continue
-        dims, note = _resolved_dims(spec, shapes.get(spec.name))
-        try:
-            feeds[spec.name] = _random(rng, _dtype(spec), dims)
-        except (MemoryError, ValueError):  # numpy: "array is too big", dimension limits
-            size = math.prod(dims) * _dtype(spec).itemsize / 2**30
-            raise UserError(
-                f"input {spec.name}: {_dtype(spec)}[{','.join(map(str, dims))}] needs "
-                f"{size:,.1f} GiB, more than this machine can give: choose smaller dimensions "
-                f"with --shape {spec.name}=..."
-            ) from None
-        lines.append(f"input {spec.name}: {_described(feeds[spec.name])} random (seed {SEED})")
-        if note:
-            lines.append(note)
-    return feeds, lines
-
-
-def _dtype(spec: InputSpec) -> np.dtype[Any]:
-    dtype = spec.dtype
-    if dtype is None:
-        raise UserError(
-            f"input {spec.name!r} is {spec.type}: otel-ort profile can only build tensors of "
-            f"{', '.join(_DTYPES)}"
-        )
-    return dtype
-
-
-def _checked(spec: InputSpec, array: Any) -> Any:
-    """``array`` if it fits ``spec``; else a ``UserError`` saying what the input expects."""
-    dtype = _dtype(spec)
-    if dtype.kind == "O" and array.dtype.kind not in "OU":
-        fix = "save an array of str"
-    elif dtype.kind != "O" and array.dtype != dtype:
-        fix = f"convert it with array.astype(np.{dtype.name})"
-    elif array.ndim != len(spec.dims) or any(
-        isinstance(dim, int) and dim != size
-        for dim, size in zip(spec.dims, array.shape, strict=True)
-    ):
-        fix = "save an array of that shape"
-    else:
-        return array
-    raise UserError(
-        f"--input {spec.name}: the array is {_described(array)}, but input {spec.name!r} "
-        f"expects {spec.describe()}: {fix}"
-    )
-
-
-def _resolved_dims(spec: InputSpec, given: tuple[int, ...] | None) -> tuple[tuple[int, ...], str]:
-    """The dimensions of a random input, and a note when unknown ones were set to 1."""
-    if given is None:
-        unknown = [dim or "?" for dim in spec.dims if not isinstance(dim, int)]
-        dims = tuple(dim if isinstance(dim, int) else 1 for dim in spec.dims)
-        if not unknown:
-            return dims, ""
-        example = ",".join(
-            str(dim) if isinstance(dim, int) else (dim or f"D{index}")
-            for index, dim in enumerate(spec.dims)
-        )
-        return dims, (
-            f"note: input {spec.name}: unknown dimension{'s' * (len(unknown) > 1)} "
-            f"{', '.join(unknown)} set to 1; choose with --shape {spec.name}={example}"
-        )
-    if len(given) != len(spec.dims):
-        raise UserError(
-            f"--shape {spec.name}={','.join(map(str, given))}: gives {len(given)} "
-            f"dimension(s), but input {spec.name!r} has {len(spec.dims)}: {spec.describe()}"
-        )
-    for dim, size in zip(spec.dims, given, strict=True):
-        if isinstance(dim, int) and dim != size:
-            raise UserError(
-                f"--shape {spec.name}={','.join(map(str, given))}: input {spec.name!r} is "
-                f"{spec.describe()}; its fixed dimensions cannot change"
-            )
-    return given, ""
-
-
-def _random(rng: np.random.Generator, dtype: np.dtype[Any], dims: tuple[int, ...]) -> Any:
-    if dtype.kind == "f":  # drawn in float32 (float64 for doubles): no float64 copy
-        wide = np.float64 if dtype == np.float64 else np.float32
-        return rng.standard_normal(dims, dtype=wide).astype(dtype, copy=False)
-    if dtype.kind in "iu":
-        return rng.integers(0, _INT_HIGH, dims).astype(dtype)
-    if dtype.kind == "b":
-        return rng.random(dims) < 0.5
-    return rng.choice(_WORDS, dims)
 
 
 @dataclass(frozen=True)
@@ -652,15 +455,6 @@ def _keep(
     thread = (threading.get_native_id(), threading.current_thread().name)
     publish_run(store, run.files, profile, other_data, thread)
     return profile
-
-
-def _dims_text(dims: Sequence[object]) -> str:
-    return f"[{','.join('?' if dim is None else str(dim) for dim in dims)}]"
-
-
-def _described(array: Any) -> str:
-    dtype = "string" if array.dtype.kind in "OU" else str(array.dtype)
-    return f"{dtype}{_dims_text(array.shape)}"
 
 
 def _plural(count: int, noun: str) -> str:

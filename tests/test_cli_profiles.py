@@ -33,6 +33,21 @@ def test_convert_to_otlp_file_and_console(
     assert sum(1 for span in spans if span["name"] == semconv.SPAN_RUN) == 2
 
 
+@pytest.mark.parametrize("output", ["missing/spans.jsonl", "."])
+def test_convert_to_a_file_it_cannot_write_is_one_clear_line(
+    real_profile: Path, tmp_path: Path, output: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / output
+    assert main(["convert", str(real_profile), "--output", str(target)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"otel-ort convert: cannot write {target} "
+        f"({'Is a directory' if output == '.' else 'No such file or directory'}): pick a "
+        "writable file with --output\n"
+    )
+    assert captured.out == ""
+
+
 def test_convert_over_otlp_http(real_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with OtlpReceiver() as receiver:
         code = main([

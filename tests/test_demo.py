@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +80,33 @@ def test_demo_sends_the_same_spans_over_otlp(tmp_path: Path) -> None:
     )
     services = {kv.value.string_value for r, _ in received for kv in r.attributes}
     assert "otel-ort-demo" in services
+
+
+def test_demo_says_when_spans_do_not_reach_the_endpoint(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    completed = subprocess.run(
+        [str(Path(sys.executable).with_name("otel-ort")), "demo", "--requests", "3",
+         "--output-dir", str(tmp_path), "--otlp-endpoint", endpoint],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 1, completed.stderr
+    verdict = completed.stdout.split(f"OTLP:     spans and metrics to {endpoint}: ")[1]
+    assert re.match(r"(\d+) spans not sent \(requests: \1 export failed\)", verdict), verdict
+    assert "otel-ort demo: " in completed.stderr
+    assert f"spans did not reach {endpoint}: is a collector listening there?" in completed.stderr
+
+
+def test_demo_names_an_output_dir_it_cannot_write(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    completed = subprocess.run(
+        [str(Path(sys.executable).with_name("otel-ort")), "demo", "--output-dir",
+         str(tmp_path / "file" / "out")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 1
+    assert completed.stderr == (
+        f"otel-ort demo: cannot write {tmp_path / 'file' / 'out'}: Not a directory; choose "
+        "another --output-dir\n"
+    )

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator
+
+from otel_ort.onnx_wire import ORT_FORMAT_ID, fields
 
 RANDOM_OPS = frozenset(
     {
@@ -35,9 +36,6 @@ _GRAPH_NODE = 1
 _FUNCTION_NODE = 7
 _NODE_INPUT, _NODE_OP_TYPE, _NODE_ATTRIBUTE, _NODE_DOMAIN = 1, 4, 5, 7
 _ATTRIBUTE_GRAPH, _ATTRIBUTE_GRAPHS = 6, 11
-_LENGTH_DELIMITED = 2
-_ORT_FORMAT_ID = b"ORTM"
-"""An ORT-format model (FlatBuffers) carries this file identifier at bytes 4..8."""
 
 
 class UnreadableModel(ValueError):
@@ -64,7 +62,7 @@ def random_ops(model: str | bytes) -> list[str]:
 def _random_ops(raw: bytes | mmap.mmap, size: int | None = None) -> list[str]:
     """``random_ops`` of the first ``size`` bytes of ``raw`` (all of them by default)."""
     size = len(raw) if size is None else size
-    if raw[4:8] == _ORT_FORMAT_ID:  # FlatBuffers, not read here: any mention counts
+    if raw[4:8] == ORT_FORMAT_ID:  # FlatBuffers, not read here: any mention counts
         return sorted(op for _, op in RANDOM_OPS if raw.find(op.encode(), 0, size) >= 0)
     found: set[str] = set()
     problem = ""
@@ -79,7 +77,7 @@ def _random_ops(raw: bytes | mmap.mmap, size: int | None = None) -> list[str]:
 
 
 def _model(data: memoryview, found: set[str]) -> None:
-    for field, start, end in _fields(data, 0, len(data)):
+    for field, start, end in fields(data, 0, len(data)):
         if field == _MODEL_GRAPH:
             _graph(data, start, end, _GRAPH_NODE, found)
         elif field == _MODEL_FUNCTIONS:
@@ -88,12 +86,12 @@ def _model(data: memoryview, found: set[str]) -> None:
 
 def _graph(data: memoryview, start: int, end: int, node_field: int, found: set[str]) -> None:
     """Check the nodes of a GraphProto (or a FunctionProto's, ``node_field`` 7)."""
-    for field, node_start, node_end in _fields(data, start, end):
+    for field, node_start, node_end in fields(data, start, end):
         if field != node_field:
             continue
         op_type = domain = ""
         inputs: list[bytes] = []
-        for node_field_number, value_start, value_end in _fields(data, node_start, node_end):
+        for node_field_number, value_start, value_end in fields(data, node_start, node_end):
             value = data[value_start:value_end]
             if node_field_number == _NODE_OP_TYPE:
                 op_type = bytes(value).decode(errors="replace")
@@ -102,48 +100,10 @@ def _graph(data: memoryview, start: int, end: int, node_field: int, found: set[s
             elif node_field_number == _NODE_INPUT:
                 inputs.append(bytes(value))
             elif node_field_number == _NODE_ATTRIBUTE:
-                for attribute_field, g_start, g_end in _fields(data, value_start, value_end):
+                for attribute_field, g_start, g_end in fields(data, value_start, value_end):
                     if attribute_field in (_ATTRIBUTE_GRAPH, _ATTRIBUTE_GRAPHS):
                         _graph(data, g_start, g_end, _GRAPH_NODE, found)
         domain = "" if domain == "ai.onnx" else domain
         training = op_type == "Dropout" and domain == "" and len(inputs) > 2 and inputs[2]
         if (domain, op_type) in RANDOM_OPS or training:
             found.add(f"{domain}:{op_type}" if domain else op_type)
-
-
-def _fields(data: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int]]:
-    """(field number, start, end) of each length-delimited field in ``data[start:end]``;
-    other wire types are skipped."""
-    position = start
-    while position < end:
-        key, position = _varint(data, position)
-        wire_type = key & 7
-        if wire_type == _LENGTH_DELIMITED:
-            length, position = _varint(data, position)
-            if position + length > end:
-                raise IndexError("field runs past its message")
-            yield key >> 3, position, position + length
-            position += length
-        elif wire_type == 0:
-            _, position = _varint(data, position)
-        elif wire_type == 1:
-            position += 8
-        elif wire_type == 5:
-            position += 4
-        else:
-            raise IndexError(f"wire type {wire_type} (groups) is not read here")
-    if position != end:
-        raise IndexError("field runs past its message")
-
-
-def _varint(data: memoryview, position: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, position
-        shift += 7
-        if shift > 63:
-            raise IndexError("varint longer than 10 bytes")

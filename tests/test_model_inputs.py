@@ -1,0 +1,103 @@
+"""Inputs built from a model's signature for `otel-ort profile`: types, dimensions shared by
+name, inputs without a shape (read from real models' encodings), and what is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from otel_ort.cli import main
+from otel_ort.model_inputs import InputError, InputSpec, build_feeds, read_inputs, unshaped_inputs
+
+
+def add_model(path: Path, *inputs: tuple[str, list[str | int] | None]) -> Path:
+    """``y = Sum(inputs)`` over float tensors, each given dims (``None``: no shape at all)."""
+    graph = helper.make_graph(
+        [helper.make_node("Sum", [name for name, _ in inputs], ["y"], name="sum")],
+        "add",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, dims) for name, dims in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_random_inputs_of_every_kind() -> None:
+    specs = [
+        InputSpec("f", "tensor(float16)", (2, 3)),
+        InputSpec("i", "tensor(int32)", ("n",)),
+        InputSpec("b", "tensor(bool)", (4,)),
+        InputSpec("s", "tensor(string)", (None, 2)),
+    ]
+    feeds, lines = build_feeds(specs, {"i": (50,)}, {})
+    assert feeds["f"].dtype == np.float16 and feeds["f"].shape == (2, 3)
+    assert feeds["i"].dtype == np.int32 and 0 <= feeds["i"].min() <= feeds["i"].max() <= 9
+    assert feeds["b"].dtype == np.bool_
+    assert feeds["s"].shape == (1, 2) and all(isinstance(word, str) for word in feeds["s"].flat)
+    assert "note: input s: unknown dimension ? set to 1; choose with --shape s=D0,2" in lines
+
+
+def test_a_dimension_name_takes_the_size_given_on_any_input() -> None:
+    """NLP models: input_ids, attention_mask, token_type_ids all [batch, seq]."""
+    specs = [
+        InputSpec("ids", "tensor(int64)", ("batch", "seq")),
+        InputSpec("mask", "tensor(int64)", ("batch", "seq")),
+        InputSpec("types", "tensor(int64)", ("batch", "seq", None)),
+    ]
+    feeds, lines = build_feeds(specs, {"mask": (2, 7)}, {})
+    assert [feeds[name].shape for name in ("ids", "mask", "types")] == [(2, 7), (2, 7), (2, 7, 1)]
+    assert not any(line.startswith("note: input ids") for line in lines)
+    assert "note: input types: unknown dimension ? set to 1" in "\n".join(lines)
+    feeds, _ = build_feeds(specs, {}, {"ids": np.zeros((3, 5), np.int64)})
+    assert feeds["mask"].shape == (3, 5)
+
+
+def test_inputs_that_disagree_on_a_dimension_name_are_refused() -> None:
+    specs = [InputSpec("a", "tensor(float)", ("n", 3)), InputSpec("b", "tensor(float)", ("n",))]
+    with pytest.raises(InputError) as error:
+        build_feeds(specs, {"b": (2,)}, {"a": np.zeros((4, 3), np.float32)})
+    assert str(error.value) == (
+        "--shape b makes dimension 'n' 2, but --input a made it 4: inputs that share a "
+        "dimension name share its size"
+    )
+
+
+def test_inputs_without_a_shape_are_found_in_the_model(tmp_path: Path) -> None:
+    path = add_model(tmp_path / "m.onnx", ("x", None), ("s", []), ("v", ["n", 3]))
+    assert unshaped_inputs(str(path)) == {"x"}
+    specs = {spec.name: spec for spec in read_inputs(str(path))}
+    assert specs["x"].dims is None and specs["s"].dims == () and specs["v"].dims == ("n", 3)
+
+
+def test_an_input_without_a_shape_takes_any_dimensions() -> None:
+    specs = [InputSpec("x", "tensor(float)", None), InputSpec("s", "tensor(float)", ())]
+    feeds, lines = build_feeds(specs, {}, {})
+    assert feeds["x"].shape == () and (
+        "note: input x: the model gives it no shape; made a scalar; choose with --shape "
+        "x=D0,D1,..." in lines
+    )
+    feeds, lines = build_feeds(specs, {"x": (2, 3, 4)}, {})
+    assert feeds["x"].shape == (2, 3, 4) and not any(line.startswith("note") for line in lines)
+    feeds, _ = build_feeds(specs, {}, {"x": np.ones((5,), np.float32)})
+    assert feeds["x"].shape == (5,)
+    with pytest.raises(InputError, match=r"input 's' has 0: float32\[\]"):
+        build_feeds(specs, {"s": (2,)}, {})
+    with pytest.raises(InputError, match="expects float32 of any shape: convert it"):
+        build_feeds(specs, {}, {"x": np.ones((5,), np.float64)})
+
+
+def test_a_model_input_without_a_shape_is_profiled_at_the_shape_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = add_model(tmp_path / "m.onnx", ("x", None), ("v", [3]))
+    code = main([
+        "profile", str(path), "--shape", "x=2,3", "--runs", "1", "--warmup", "0",
+        "--profile-dir", str(tmp_path / "p"), "--perf-events", "off",
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "input x: float32[2,3] random (seed 0)" in out
