@@ -73,8 +73,8 @@ class OrtInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         for method in (*RUN_METHODS, "run_async"):
             unwrap(collection.Session, method)
         if self._profiler is not None:
+            self._profiler.shutdown()  # first: twin runs in flight still follow terminate
             uninstall_recorders()
-            self._profiler.shutdown()
             self._profiler = None
 
 

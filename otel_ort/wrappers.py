@@ -276,13 +276,15 @@ class RunTelemetry:
                 )
         except Exception:
             report_failure("could not mark a profiled run span")
-        self._finish(span, facts, session, duration, None, outputs, profiled=True)
-        try:
-            assert self._profiler is not None
-            self._profiler.finish(span, end_ns, profiled.run, facts)
-        except Exception:
-            report_failure("could not hand a profiled run over")
-            span.end(end_ns)
+        try:  # response_hook may raise KeyboardInterrupt: the hand-off still uses its place
+            self._finish(span, facts, session, duration, None, outputs, profiled=True)
+        finally:
+            try:
+                assert self._profiler is not None
+                self._profiler.finish(span, end_ns, profiled.run, facts)
+            except Exception:
+                report_failure("could not hand a profiled run over")
+                span.end(end_ns)
 
     def _finish(
         self,

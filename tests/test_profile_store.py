@@ -132,6 +132,18 @@ def test_retention_deletes_the_oldest_files_and_counts_them(tmp_path: Path) -> N
     assert os.path.exists(run.path)  # the newest file is kept even over the byte limit
 
 
+def test_retention_counts_only_the_files_it_deleted(tmp_path: Path) -> None:
+    """A file already gone (deleted by hand, or by a forked sibling sharing the list) is not
+    counted again."""
+    store = ProfileStore(str(tmp_path / "p"), max_files=1, max_bytes=10**9)
+    first, second = store.new_run(), store.new_run()
+    store.publish(b"[]", first.path)
+    store.retain(first.path)
+    os.unlink(first.path)
+    store.publish(b"[]", second.path)
+    assert store.retain(second.path) == 0 and store.deleted == 0
+
+
 def test_enriched_json_names_threads_and_carries_the_trace(tmp_path: Path) -> None:
     events = [
         node_event("fc1", "Gemm", 10, 5) | {"pid": 42, "tid": 7},
@@ -211,3 +223,28 @@ def test_a_full_worker_refuses_jobs_and_survives_failing_ones() -> None:
     gate.set()
     assert worker.drain(timeout=10)
     assert worker.stop(timeout=10)
+
+
+def test_a_worker_whose_thread_cannot_start_refuses_jobs_then_recovers(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under a process limit ``Thread.start`` raises: no job is queued for a thread that does
+    not exist (drain and stop would wait for it forever), and it says so."""
+    worker = Worker("test-worker", max_pending=10)
+    start = threading.Thread.start
+
+    def refuse(thread: threading.Thread) -> None:
+        if thread.name == "test-worker":
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    assert worker.reserve()
+    assert not worker.submit(lambda: None, reserved=True)
+    assert not worker.submit(lambda: None)
+    assert worker.unfinished == 0 and worker.drain(timeout=1)
+    assert "could not start the test-worker thread" in caplog.text
+    monkeypatch.setattr(threading.Thread, "start", start)
+    done: list[int] = []
+    assert worker.submit(functools.partial(done.append, 1))
+    assert worker.drain(timeout=10) and done == [1] and worker.stop(timeout=10)

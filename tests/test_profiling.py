@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import mmap
 import os
 import stat
 import threading
@@ -25,7 +26,7 @@ from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
 from otel_ort.capi import CSession, SessionConfig
 from otel_ort.profiling.store import ProfileDirError
 from otel_ort.sampling import Always, EveryNth, Never, Ratio
-from tests.conftest import Telemetry, attrs, instrumentation, run_threads
+from tests.conftest import Telemetry, attrs, held_runs, instrumentation, run_threads
 from tests.models import string_model, typed_cases
 from tests.perf_models import matmul_chain
 
@@ -540,6 +541,79 @@ def test_an_interrupted_profiled_run_ends_its_span_and_gives_its_place_back(
     span = run_spans(profiling)[-1]
     assert attrs(span)[semconv.ERROR_TYPE] == "KeyboardInterrupt"
     assert not list((profile_dir / ".pending").iterdir())
+
+
+def test_a_response_hook_interrupted_on_a_profiled_run_still_hands_the_run_over(
+    telemetry: Telemetry, profile_dir: Path, mlp_path: Path
+) -> None:
+    """KeyboardInterrupt from the hook reaches the caller; the run's reserved place is used,
+    so its tree arrives and nothing waits for it."""
+    interrupt = threading.Event()
+
+    def response_hook(span: Any, session: Any, outputs: Any) -> None:
+        if interrupt.is_set():
+            raise KeyboardInterrupt
+
+    with instrumentation(
+        **telemetry.providers, profile_dir=str(profile_dir), response_hook=response_hook
+    ):
+        session = ort.InferenceSession(mlp_path, providers=CPU)
+        ready(session, X)
+        interrupt.set()
+        with profile_next_run(), pytest.raises(KeyboardInterrupt):
+            session.run(None, X)
+        assert flush_profiles(timeout=5)  # not its timeout: no place is left reserved
+    span = run_spans(telemetry)[-1]
+    assert attrs(span)[semconv.RUN_PROFILED] is True
+    assert len(children_of(telemetry, span)) == 2 and len(profile_files(profile_dir)) == 1
+
+
+def test_the_inputs_that_prime_a_twin_are_copies(profiling: Telemetry, mlp_path: Path) -> None:
+    """The caller may free its buffers once run returns, before the worker primes the twin."""
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    buffer = mmap.mmap(-1, X["x"].nbytes)
+    x = np.frombuffer(buffer, np.float32).reshape(X["x"].shape)
+    x[:] = X["x"]
+    with profile_next_run():
+        session.run(None, {"x": x})
+    del x
+    buffer.close()  # BufferError while anything else still views it
+    assert flush_profiles(timeout=60)
+    assert session.__dict__["_otel_ort_twin"].state == "ready"
+
+
+def test_terminate_still_reaches_a_twin_run_that_uninstrument_waits_for(
+    telemetry: Telemetry, profile_dir: Path
+) -> None:
+    instrumentor = OrtInstrumentor()
+    instrumentor.instrument(**telemetry.providers, profile_dir=str(profile_dir))
+    try:
+        session = ort.InferenceSession(matmul_chain(nodes=8), providers=CPU)
+        feeds = {"x": np.ones((512, 512), np.float32)}
+        ready(session, feeds)
+        waiting, go = held_runs(session.__dict__["_otel_ort_twin"].session)
+        run_options = ort.RunOptions()
+        errors: list[BaseException] = []
+
+        def profiled_run() -> None:
+            try:
+                with profile_next_run():
+                    session.run(None, feeds, run_options)
+            except Exception as exc:
+                errors.append(exc)
+
+        caller = threading.Thread(target=profiled_run)
+        caller.start()
+        assert waiting.wait(timeout=30)
+    finally:
+        stopping = threading.Thread(target=instrumentor.uninstrument)
+        stopping.start()
+    stopping.join(timeout=0.5)  # uninstrument now waits for the run on the twin
+    run_options.terminate = True
+    go.set()
+    caller.join(timeout=60)
+    stopping.join(timeout=60)
+    assert len(errors) == 1 and "terminate flag" in str(errors[0])
 
 
 def test_uninstrument_flushes_a_provider_whose_force_flush_takes_no_timeout(

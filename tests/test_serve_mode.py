@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -19,6 +20,7 @@ import onnxruntime as ort
 import pytest
 
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
+from otel_ort.capi import CSession
 from otel_ort.sampling import Ratio
 from tests.conftest import Telemetry, attrs, held_runs, instrumentation, run_threads
 from tests.models import (
@@ -324,6 +326,65 @@ def test_a_model_file_replaced_after_the_session_was_made_is_not_twinned(
     assert session.run(None, x)[0].tolist() == [-1.0, 2.0]
     twin = session.__dict__["_otel_ort_twin"]
     assert twin.state == "failed" and "model file changed" in twin.reason
+
+
+def test_a_model_file_rewritten_in_place_with_its_size_and_mtime_is_not_twinned(
+    serving: Telemetry, tmp_path: Path
+) -> None:
+    """Only the change time gives such a rewrite away (the same inode, size and mtime)."""
+    path = tmp_path / "model.onnx"
+    path.write_bytes(unary_model("Neg"))
+    session = ort.InferenceSession(path, providers=CPU)
+    before = path.stat()
+    time.sleep(0.01)
+    path.write_bytes(unary_model("Abs"))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_ino, before.st_size, before.st_mtime_ns
+    )  # fmt: skip
+    x = {"x": np.array([1.0, -2.0], np.float32)}
+    session.run(None, x)
+    assert flush_profiles(timeout=60)
+    assert session.run(None, x)[0].tolist() == [-1.0, 2.0]
+    twin = session.__dict__["_otel_ort_twin"]
+    assert twin.state == "failed" and "model file changed" in twin.reason
+
+
+def test_a_model_file_replaced_while_the_twin_loads_it_is_not_twinned(
+    serving: Telemetry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new export lands between the check before the twin's load and the load itself."""
+    path = tmp_path / "model.onnx"
+    path.write_bytes(unary_model("Neg"))
+    session = ort.InferenceSession(path, providers=CPU)
+
+    class LoadedThenReplaced(CSession):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            path.write_bytes(unary_model("Abs"))
+
+    monkeypatch.setattr("otel_ort.profiling.profiler.CSession", LoadedThenReplaced)
+    x = {"x": np.array([1.0, -2.0], np.float32)}
+    session.run(None, x)
+    assert flush_profiles(timeout=60)
+    assert session.run(None, x)[0].tolist() == [-1.0, 2.0]
+    twin = session.__dict__["_otel_ort_twin"]
+    assert twin.state == "failed" and "model file changed" in twin.reason
+
+
+def test_a_relative_model_path_is_the_file_it_named_when_the_session_was_made(
+    serving: Telemetry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, op in (("made", "Neg"), ("elsewhere", "Abs")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.onnx").write_bytes(unary_model(op))
+    monkeypatch.chdir(tmp_path / "made")
+    session = ort.InferenceSession("model.onnx", providers=CPU)
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    x = {"x": np.array([1.0, -2.0], np.float32)}
+    served(session, x)
+    assert session.run(None, x)[0].tolist() == [-1.0, 2.0]
 
 
 def test_runs_while_the_worker_queue_is_full_make_no_twin_until_there_is_room(

@@ -236,7 +236,10 @@ class CSession:
     def last_run_started_ns(self) -> int:
         """When this thread's last ``run`` called ORT (ns since the epoch): the closest
         available stand-in for a run-level profile's unrecorded start time."""
-        return int(self._calls.started_ns)
+        started_ns = getattr(self._calls, "started_ns", None)
+        if started_ns is None:
+            raise RuntimeError("last_run_started_ns: this thread has not run the session")
+        return int(started_ns)
 
     def _wait(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
         """Wait, holding ``_lock``, until ``predicate()`` holds; ``False`` on timeout."""
@@ -249,8 +252,8 @@ class CSession:
     def _run_with(
         self, options: Any, feeds: Mapping[str, Any], output_names: Sequence[str] | None
     ) -> list[Any]:
-        names = self.output_names if output_names is None else tuple(output_names)
-        output_c = self._all_outputs if output_names is None else self._c_name_array(names)
+        names = tuple(output_names) if output_names else self.output_names  # [], as None
+        output_c = self._c_name_array(names) if output_names else self._all_outputs
         input_c = self._c_name_array(tuple(feeds))  # its strings stay referenced until return
         keep: list[Any] = []  # what the input OrtValues point to
         count = len(feeds)

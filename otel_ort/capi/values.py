@@ -190,17 +190,20 @@ class ValueCodec:
             raise UnsupportedOutput(f"output {name!r}: tensor is in device memory ({device[0]})")
 
     def _element_of(self, name: str, dtype: np.dtype[Any]) -> int:
-        if dtype.kind in "OU":
-            element = STRING
-        else:
-            found = _ELEMENT_OF_KIND.get((dtype.kind, dtype.itemsize))
-            if found is None:
-                raise UnsupportedValue(
-                    f"input {name!r}: numpy dtype {dtype} has no ONNX tensor type in ONNX "
-                    "Runtime's Python API"
-                    + (" (bytes arrays: pass str or object arrays)" if dtype.kind == "S" else "")
-                )
-            element = found
+        if dtype.kind in "OU":  # not cached: each string length is a dtype of its own
+            return STRING
+        if dtype.kind == "S":
+            raise UnsupportedValue(
+                f"input {name!r}: bytes arrays ({dtype}) are not taken, as ONNX Runtime's "
+                "Python API reads an item that fills its width on into the next one: pass str "
+                "or object arrays"
+            )
+        element = _ELEMENT_OF_KIND.get((dtype.kind, dtype.itemsize))
+        if element is None:
+            raise UnsupportedValue(
+                f"input {name!r}: numpy dtype {dtype} has no ONNX tensor type in ONNX "
+                "Runtime's Python API"
+            )
         self._element_of_dtype[dtype] = element
         return element
 

@@ -57,7 +57,7 @@ from otel_ort.perf.report import count_profile
 from otel_ort.profiling.kept import publish_run, read_run
 from otel_ort.profiling.model import Profile
 from otel_ort.profiling.reader import ProfileError
-from otel_ort.profiling.recorded_options import following_terminate
+from otel_ort.profiling.recorded_options import following_terminate, model_file
 from otel_ort.profiling.store import (
     ProfileDirError,
     ProfileStore,
@@ -340,7 +340,13 @@ class Profiler:
     def finish(self, span: Span, end_ns: int, run: ProfiledRun, session_facts: Any) -> None:
         """Hand a profiled run to the worker (into the place ``attempt`` reserved); the worker
         ends ``span`` at ``end_ns``."""
-        self.worker.submit(lambda: self._convert(span, end_ns, run, session_facts), reserved=True)
+        if not self.worker.submit(
+            lambda: self._convert(span, end_ns, run, session_facts), reserved=True
+        ):  # its thread could not start (logged)
+            self._count_run("profiled")
+            self._count_run(semconv.PROFILE_ERROR_OUTCOME)
+            self._discard(run.files)
+            _end(span, end_ns, "not converted: otel-ort's worker thread could not start")
 
     # -- twins ----------------------------------------------------------------------------
 
@@ -360,13 +366,16 @@ class Profiler:
             self._twins.add(twin)
             weakref.finalize(session, _release_twin, weakref.ref(self), twin)
         session_ref = weakref.ref(session)
-        copied = dict(feeds)
-        self.worker.submit(
+        # copies: the caller may reuse or free its buffers before the worker primes the twin
+        copied = {name: np.array(value, copy=True) for name, value in feeds.items()}
+        if not self.worker.submit(
             lambda: _guarded(
                 twin, lambda: self._build(twin, session_ref, copied, output_names, attempts)
             ),
             reserved=True,
-        )
+        ):  # its thread could not start (logged)
+            twin.fail("otel-ort's worker thread could not start to build the twin")
+            return semconv.SKIP_TWIN_UNAVAILABLE, twin.reason
         return semconv.SKIP_TWIN_NOT_READY, "the twin is being built"
 
     def _build(
@@ -385,13 +394,18 @@ class Profiler:
         del session  # the twin must not keep the session alive
         if plan is None:
             return
-        config, required, serves = plan
+        config, model_changed, required, serves = plan
         api, store = self._api, self._store
         assert api is not None and store is not None
         try:
             csession = CSession(config, api)
         except (OrtError, UnsupportedValue) as exc:
             twin.fail(f"the twin could not be created: {exc}")
+            return
+        problem = model_changed()  # again: a new export may have come while ORT read the file
+        if problem:
+            csession.close()
+            twin.fail(problem)
             return
         files = store.new_run()
         try:
@@ -410,10 +424,12 @@ class Profiler:
         pool = self._perf_pool(csession, stays_on=not serves)
         twin.ready(csession, pool, serves_unprofiled=serves, required_inputs=required)
 
-    def _plan(self, twin: Twin, session: Any) -> tuple[SessionConfig, frozenset[str], bool] | None:
-        """Worker: what the twin of ``session`` is made from (its config, the inputs a run
-        needs, whether it serves unprofiled runs); ``None`` if it cannot be made (the twin
-        then failed, and the log says why)."""
+    def _plan(
+        self, twin: Twin, session: Any
+    ) -> tuple[SessionConfig, Callable[[], str], frozenset[str], bool] | None:
+        """Worker: what the twin of ``session`` is made from (its config, a check of why its
+        model file may have changed, the inputs a run needs, whether it serves unprofiled
+        runs); ``None`` if it cannot be made (the twin then failed, and the log says why)."""
         try:
             if self._store is None:
                 self._store = ProfileStore(
@@ -438,7 +454,9 @@ class Profiler:
             return None
         # a session profiling itself must run every run: its file must hold them all
         serves = self.serve_mode and not session.get_session_options().enable_profiling
-        return config, required_inputs(session), serves
+        from_file = model_file(session)
+        model_changed = from_file[1] if from_file is not None else _model_bytes_unchanged
+        return config, model_changed, required_inputs(session), serves
 
     def _perf_pool(self, csession: CSession, *, stays_on: bool) -> Pool | None:
         """perf groups on the twin's threads (``stays_on``: enabled for the twin's life, when
@@ -605,7 +623,14 @@ class Profiler:
                 return
             self._shut_down = True
         deadline = time.monotonic() + timeout
-        self.worker.stop(timeout)
+        if not self.worker.stop(timeout):
+            _logger.warning(
+                "otel-ort: %d profiled run(s) or twin build(s) were still waiting for the "
+                "worker at shutdown after %g s: their spans are sent only if it finishes "
+                "them before the process ends",
+                self.worker.unfinished,
+                timeout,
+            )
         self._flush_provider(deadline)
         running = [twin for twin in list(self._twins) if not twin.close(_left(deadline))]
         if running:
@@ -667,6 +692,11 @@ def _untakeable(output_names: Any, feeds: Any, run_options: Any) -> str:
     return ""
 
 
+def _model_bytes_unchanged() -> str:
+    """The model-file check of a session made from bytes: they cannot change."""
+    return ""
+
+
 def _left(deadline: float) -> float:
     """Seconds until ``deadline`` (``time.monotonic()``), at least 0."""
     return max(0.0, deadline - time.monotonic())
@@ -716,7 +746,10 @@ def _before_atexit_handlers(function: Callable[[], None]) -> None:
 def _shut_down(reference: Callable[[], Profiler | None]) -> None:
     profiler = reference()
     if profiler is not None:
-        profiler.shutdown()
+        try:  # an exception here would skip the joining of the user's non-daemon threads
+            profiler.shutdown()
+        except Exception:
+            report_failure("could not shut profiling down at exit")
 
 
 def _after_fork(reference: Callable[[], Profiler | None]) -> None:

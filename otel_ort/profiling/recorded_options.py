@@ -181,21 +181,29 @@ def snapshot_options(session: Any, init_kwargs: Mapping[str, Any]) -> None:
     session.__dict__[_SNAPSHOT_KEY] = (calls, problem)
     path = getattr(session, "_model_path", None)
     if path:
-        session.__dict__[_MODEL_FILE_KEY] = _file_identity(path)
+        session.__dict__[_MODEL_FILE_KEY] = (os.path.abspath(path), _file_identity(path))
 
 
-def model_file_problem(session: Any) -> str:
-    """Why the session's model file may no longer be the file it was created from (a new
-    export to the same path, say), or ``""``. A session created while instrumented is checked
-    against the file as it was then; for one created before, the file must not have changed
-    since this process started (before that, no session of it could have read the file)."""
+def model_file(session: Any) -> tuple[str, Callable[[], str]] | None:
+    """For a session made from a file: the path a twin loads (absolute as of the session's
+    creation, for one created while instrumented) and a check of why that file may no
+    longer be the one the session read (a new export to the same path, say), ``""`` if
+    none, to call before and after the twin loads it. A session created while instrumented
+    is checked against the file as it was then; for one created before, the file must not
+    have changed since this process started (before that, no session of it could have read
+    it). ``None`` for a session made from bytes."""
     path = getattr(session, "_model_path", None)
     if not path:
-        return ""
+        return None
     recorded = session.__dict__.get(_MODEL_FILE_KEY)
     if recorded is None:
-        return _changed_since_start(path)
-    if _file_identity(path) == recorded:
+        return os.fspath(path), functools.partial(_changed_since_start, path)
+    absolute, identity = recorded
+    return absolute, functools.partial(_unchanged, absolute, identity)
+
+
+def _unchanged(path: str, identity: tuple[int, ...] | None) -> str:
+    if _file_identity(path) == identity:
         return ""
     return "its model file changed after the session was created: a twin would load the new model"
 
@@ -240,7 +248,8 @@ def _file_identity(path: Any) -> tuple[int, ...] | None:
         info = os.stat(path)
     except (OSError, TypeError, ValueError):
         return None
-    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+    # ctime too: a rewrite that restores the size and mtime still moves it
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
 
 
 def session_calls(session: Any) -> tuple[Calls, str]:

@@ -191,8 +191,7 @@ class ProfileStore:
             ):
                 oldest, oldest_size = kept.popleft()
                 self._kept_bytes -= oldest_size
-                _remove(oldest)
-                deleted += 1
+                deleted += _remove(oldest)  # not one already gone (by hand, another process)
             self.deleted += deleted
             return deleted
 
@@ -221,6 +220,10 @@ def remove_files(paths: list[str]) -> None:
         _remove(path)
 
 
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
+def _remove(path: str) -> bool:
+    """Delete ``path``; ``False`` if it was already gone."""
+    try:
         os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True

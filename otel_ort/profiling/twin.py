@@ -26,7 +26,7 @@ from otel_ort.perf.counting import Pool
 from otel_ort.profiling.model_ops import UnreadableModel, random_ops
 from otel_ort.profiling.recorded_options import (
     created_while_recording,
-    model_file_problem,
+    model_file,
     recorded_calls,
     session_calls,
 )
@@ -56,28 +56,11 @@ class TwinUnavailable(Exception):
 
 def twin_config(session: Any) -> SessionConfig:
     """The C-API session config reproducing ``session``; ``TwinUnavailable`` if impossible."""
-    given = getattr(session, "_model_path", None) or getattr(session, "_model_bytes", None)
-    if not given:
-        raise TwinUnavailable("the session's model path or bytes are not known")
-    model = os.fspath(given) if isinstance(given, str | os.PathLike) else bytes(given)
+    model = _twin_model(session)
     live = session.get_session_options()
     config_entries: dict[str, str] = {}
     by_name: dict[str, int] = {}
     by_denotation: dict[str, int] = {}
-    problem = model_file_problem(session)
-    if problem:
-        raise TwinUnavailable(problem)
-    try:
-        randoms = random_ops(model)
-    except (OSError, UnreadableModel) as exc:
-        raise TwinUnavailable(
-            f"its model could not be checked for random operators: {exc}"
-        ) from None
-    if randoms:
-        raise TwinUnavailable(
-            f"the model has random operators ({', '.join(randoms)}): a twin, a second copy of "
-            "ORT with its own random state, would not return the session's numbers"
-        )
     if getattr(session, "_read_config_from_model", False):
         raise TwinUnavailable("the session reads its options from the model file")
     calls, problem = session_calls(session)
@@ -109,6 +92,34 @@ def twin_config(session: Any) -> SessionConfig:
         free_dimension_overrides_by_denotation=by_denotation,
         providers=_providers(session),
     )
+
+
+def _twin_model(session: Any) -> str | bytes:
+    """The model a twin of ``session`` loads: its file (unchanged since the session read
+    it) or its bytes, without random operators."""
+    model: str | bytes
+    from_file = model_file(session)
+    if from_file is not None:
+        model, check = from_file
+        problem = check()
+        if problem:
+            raise TwinUnavailable(problem)
+    elif getattr(session, "_model_bytes", None):
+        model = bytes(session._model_bytes)
+    else:
+        raise TwinUnavailable("the session's model path or bytes are not known")
+    try:
+        randoms = random_ops(model)
+    except (OSError, UnreadableModel) as exc:
+        raise TwinUnavailable(
+            f"its model could not be checked for random operators: {exc}"
+        ) from None
+    if randoms:
+        raise TwinUnavailable(
+            f"the model has random operators ({', '.join(randoms)}): a twin, a second copy of "
+            "ORT with its own random state, would not return the session's numbers"
+        )
+    return model
 
 
 def _providers(session: Any) -> tuple[tuple[str, Mapping[str, str]], ...]:

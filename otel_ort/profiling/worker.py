@@ -78,18 +78,28 @@ class Worker:
 
     def submit(self, job: Job, reserved: bool = False) -> bool:
         """Queue ``job`` (into a reserved place, which is never refused); ``False`` when the
-        queue is full or the worker is stopping."""
+        queue is full or the worker is stopping, or when its thread cannot start."""
         with self._condition:
             if reserved:
                 self._unreserve()
             elif not self._has_room():
                 return False
+            if self._thread is None and not self._start():
+                return False
             self._jobs.append(job)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
-                self._thread.start()
             self._condition.notify_all()
             return True
+
+    def _start(self) -> bool:
+        """Start the thread (holding ``_condition``); ``False``, and logged, if it cannot."""
+        thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # "can't start new thread": a process or memory limit
+            report_failure(f"could not start the {self.name} thread")
+            return False
+        self._thread = thread
+        return True
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until no job is queued or running; ``False`` on timeout."""
@@ -124,6 +134,11 @@ class Worker:
     def pending(self) -> int:
         """Jobs queued and not yet started."""
         return len(self._jobs)
+
+    @property
+    def unfinished(self) -> int:
+        """Jobs queued, running, or promised a place."""
+        return len(self._jobs) + self._busy + self._reserved
 
     def reset_after_fork(self) -> None:
         """In a forked child: forget the parent's jobs and thread."""
