@@ -31,6 +31,13 @@ def test_a_missing_directory_is_created_0700(tmp_path: Path) -> None:
     assert mode(directory / ".pending") == 0o700
 
 
+def test_a_file_in_the_way_is_named(tmp_path: Path) -> None:
+    (tmp_path / "notes").write_text("")
+    with pytest.raises(ProfileDirError) as error:
+        prepare_dir(str(tmp_path / "notes" / "a" / "profiles"))
+    assert f"(Not a directory: {str(tmp_path / 'notes')!r} is a file)" in str(error.value)
+
+
 def test_a_symlink_is_refused(tmp_path: Path) -> None:
     real = tmp_path / "real"
     real.mkdir(mode=0o700)
