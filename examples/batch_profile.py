@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     print_summary(args, directory, written)
     if telemetry is not None:
         telemetry.shutdown()  # export what is left before printing where it went
-        print(f"\ntrace {trace_id:032x} sent to {telemetry.endpoint.target}")
+        print(f"\ntrace {trace_id:032x} sent to {telemetry.target}")
         print(f"  in Jaeger (make up): http://localhost:16686/trace/{trace_id:032x}")
     return 0
 

@@ -55,9 +55,11 @@ def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | N
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     memory = InMemorySpanExporter() if options.console else None
     exporters: list[SpanExporter] = [memory] if memory is not None else []
+    file = None
     if options.output:
         try:
-            exporters.append(OtlpJsonFileSpanExporter(options.output))
+            file = OtlpJsonFileSpanExporter(options.output)
+            exporters.append(file)
         except OSError as exc:
             print(
                 f"otel-ort convert: cannot write {options.output} ({exc.strerror or exc}): "
@@ -89,7 +91,14 @@ def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | N
     provider.shutdown()
     if memory is not None:
         print(render_span_tree(memory.get_finished_spans()), file=out)
-    if options.output:
+    if file is not None and file.failed:
+        print(
+            f"otel-ort convert: {file.failed} spans could not be written to {options.output} "
+            f"({file.problem})",
+            file=sys.stderr,
+        )
+        failed += 1
+    elif file is not None:
         print(f"spans written to {options.output}", file=out)
     if otlp is not None and options.otlp_endpoint:
         summary, lost = delivery_report(otlp, options.otlp_endpoint, traces, all_dropped)

@@ -173,7 +173,7 @@ def _print_export(otlp: Telemetry | None, out: TextIO) -> int:
             reasons.append(f"{stream}: {count} {reason.replace('_', ' ')}")
         why = ", ".join(reasons)
         verdict = f"{lost} spans not sent ({why})" if lost else "all sent"
-        print(f"OTLP:     spans and metrics to {otlp.endpoint.target}: {verdict}", file=out)
+        print(f"OTLP:     spans and metrics to {otlp.target}: {verdict}", file=out)
         return lost
     print(
         "\nTo see the same in Jaeger or Grafana Tempo: `make up` (docker compose: collector, "

@@ -26,6 +26,10 @@ class OtlpJsonFileSpanExporter(SpanExporter):
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
+        self.failed = 0
+        """Spans that could not be written."""
+        self.problem = ""
+        """Why the last of them could not."""
         self._lock = threading.Lock()
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in shutdown)
 
@@ -39,10 +43,15 @@ class OtlpJsonFileSpanExporter(SpanExporter):
                         _ids_to_hex(link)
         line = json.dumps(request, separators=(",", ":"))
         with self._lock:
-            if self._file.closed:
+            try:
+                if self._file.closed:
+                    raise OSError("the file was closed at shutdown")
+                self._file.write(line + "\n")
+                self._file.flush()
+            except OSError as exc:  # a full disk, say: counted, and the exporter goes on
+                self.failed += len(spans)
+                self.problem = str(exc)
                 return SpanExportResult.FAILURE
-            self._file.write(line + "\n")
-            self._file.flush()
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:

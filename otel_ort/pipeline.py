@@ -141,7 +141,8 @@ class Endpoint:
 
     def answered(self, ok: bool) -> None:
         self._down = not ok
-        self._retry_at = time.monotonic() + self._pause_s
+        if self._retry_at != math.inf:  # given up: an export in flight does not undo that
+            self._retry_at = time.monotonic() + self._pause_s
 
     def give_up(self) -> None:
         """Shutting down: if the endpoint is down, try nothing more (it would only wait)."""
@@ -238,7 +239,25 @@ class _EndpointMetricExporter(MetricExporter):
         self._inner.shutdown(timeout_millis, **kwargs)
 
 
-class RequestSpanProcessor(BatchSpanProcessor):
+class _CountingBatchProcessor(BatchSpanProcessor):
+    """The SDK's batch processor, counting the spans its shutdown leaves unexported."""
+
+    stream = ""
+
+    def __init__(self, exporter: SpanExporter, drops: DropCounter, **kwargs: Any) -> None:
+        super().__init__(exporter, **kwargs)
+        self._drops = drops
+
+    def shutdown(self, timeout_millis: int = 30_000) -> None:
+        batch = self._batch_processor
+        batch.shutdown(timeout_millis)
+        left = len(batch._queue)  # the export thread takes no more after a timeout
+        if left:
+            why = f"the export did not finish within the shutdown timeout ({timeout_millis} ms)"
+            self._drops.add(self.stream, "shutdown_timeout", left, why)
+
+
+class RequestSpanProcessor(_CountingBatchProcessor):
     """The SDK's batch processor for the tracer's spans, counting those a full queue drops.
 
     Profile spans never reach it (:class:`otel_ort.delivery.SpanDelivery` skips it), so a
@@ -246,10 +265,10 @@ class RequestSpanProcessor(BatchSpanProcessor):
     """
 
     takes_profile_spans = False
+    stream = "requests"
 
     def __init__(self, exporter: SpanExporter, drops: DropCounter) -> None:
-        super().__init__(exporter)
-        self._drops = drops
+        super().__init__(exporter, drops)
         self._adding = threading.Lock()
         self._closed = False  # set under ``_adding``, before the SDK's own flag
         reference = weakref.ref(self)
@@ -282,12 +301,7 @@ class RequestSpanProcessor(BatchSpanProcessor):
         would be lost uncounted.)"""
         with self._adding:
             self._closed = True
-        batch = self._batch_processor
-        batch.shutdown(timeout_millis)
-        left = len(batch._queue)  # the export thread takes no more after a timeout
-        if left:
-            why = f"the export did not finish within the shutdown timeout ({timeout_millis} ms)"
-            self._drops.add("requests", "shutdown_timeout", left, why)
+        super().shutdown(timeout_millis)
 
 
 def _fresh_adding_lock(reference: weakref.ref[RequestSpanProcessor]) -> None:
@@ -297,18 +311,39 @@ def _fresh_adding_lock(reference: weakref.ref[RequestSpanProcessor]) -> None:
         processor._adding = threading.Lock()
 
 
-class ProfileSpanProcessor(BatchSpanProcessor):
+class ProfileSpanProcessor(_CountingBatchProcessor):
     """A batch processor of its own for profile spans, which the tracer's spans bypass."""
 
-    def __init__(self, exporter: SpanExporter, max_queue_size: int) -> None:
-        default = int(os.environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512"))
-        batch = min(default, max_queue_size)
-        super().__init__(exporter, max_queue_size=max_queue_size, max_export_batch_size=batch)
+    stream = "profiles"
+
+    def __init__(self, exporter: SpanExporter, drops: DropCounter, max_queue_size: int) -> None:
+        batch = min(_batch_size(), max_queue_size)
+        super().__init__(
+            exporter, drops, max_queue_size=max_queue_size, max_export_batch_size=batch
+        )
 
     def on_end(self, span: ReadableSpan) -> None:
         scope = span.instrumentation_scope
         if scope is not None and scope.name == PROFILE_SCOPE_NAME:
             super().on_end(span)
+
+
+def _batch_size() -> int:
+    """``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``, or the SDK's default (512) with a warning, as the
+    SDK does, when it is not a whole number >= 1."""
+    value = os.environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "")
+    try:
+        size = int(value) if value else 512
+    except ValueError:
+        size = 0
+    if size < 1:
+        _logger.warning(
+            "otel-ort: OTEL_BSP_MAX_EXPORT_BATCH_SIZE=%r is not a whole number >= 1; "
+            "profile spans are exported 512 at a time",
+            value,
+        )
+        return 512
+    return size
 
 
 @dataclass
@@ -318,8 +353,11 @@ class Telemetry:
     tracer_provider: TracerProvider
     meter_provider: MeterProvider
     drops: DropCounter
-    endpoint: Endpoint
+    target: str
+    """Where spans go (for messages)."""
     protocol: Protocol
+    endpoints: Sequence[Endpoint] = ()
+    """One per exporter: a signal or stream that fails pauses only its own exports."""
     _shut_down: bool = False
 
     def dropped(self) -> dict[str, int]:
@@ -338,7 +376,8 @@ class Telemetry:
         atexit.unregister(self.shutdown)
         from otel_ort.instrumentation import flush_profiles
 
-        self.endpoint.give_up()
+        for endpoint in self.endpoints:
+            endpoint.give_up()
         flush_profiles(timeout)  # the run spans of profiled runs end in the profile worker
         self.tracer_provider.shutdown()
         self.meter_provider.shutdown(timeout_millis=timeout * 1000)
@@ -372,7 +411,7 @@ def configure(
     meter provider (a Prometheus reader, an in-memory one). Under ``opentelemetry-instrument``
     this is not needed (and refused).
     """
-    chosen = _protocol(protocol)
+    chosen = _protocol(protocol, "traces")
     if profile_queue_size < 1:
         raise ValueError(f"profile_queue_size must be at least 1, got {profile_queue_size}")
     header_dict = _headers(headers)
@@ -388,27 +427,31 @@ def configure(
     if metrics_export is None:
         metrics_export = _exports("OTEL_METRICS_EXPORTER") if set_global else True
     resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
-    target = Endpoint(_target(chosen, endpoint))
+    target = _target(chosen, endpoint, "traces")
+    endpoints: list[Endpoint] = []
     drops = DropCounter()
     tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     for stream in ("requests", "profiles") if traces_export else ():
         inner = _otlp_exporter("traces", chosen, endpoint, header_dict, insecure)
-        exporter = CountingSpanExporter(cast(SpanExporter, inner), target, drops, stream)
+        endpoints.append(Endpoint(target))
+        exporter = CountingSpanExporter(cast(SpanExporter, inner), endpoints[-1], drops, stream)
         tracer_provider.add_span_processor(
             RequestSpanProcessor(exporter, drops)
             if stream == "requests"
-            else ProfileSpanProcessor(exporter, profile_queue_size)
+            else ProfileSpanProcessor(exporter, drops, profile_queue_size)
         )
     readers = list(metric_readers)
     if metrics_export:  # last: its reader starts a thread
-        inner = _otlp_exporter("metrics", chosen, endpoint, header_dict, insecure)
-        metric_exporter = _EndpointMetricExporter(cast(MetricExporter, inner), target)
+        metric_protocol = _protocol(protocol, "metrics")
+        inner = _otlp_exporter("metrics", metric_protocol, endpoint, header_dict, insecure)
+        endpoints.append(Endpoint(_target(metric_protocol, endpoint, "metrics")))
+        metric_exporter = _EndpointMetricExporter(cast(MetricExporter, inner), endpoints[-1])
         readers.append(PeriodicExportingMetricReader(metric_exporter))
     meter_provider = MeterProvider(
         resource=resource, metric_readers=readers, shutdown_on_exit=False
     )
     drops.measure_with(meter_provider)
-    telemetry = Telemetry(tracer_provider, meter_provider, drops, target, chosen)
+    telemetry = Telemetry(tracer_provider, meter_provider, drops, target, chosen, endpoints)
     atexit.register(telemetry.shutdown)
     if set_global:
         trace.set_tracer_provider(tracer_provider)
@@ -441,17 +484,22 @@ def _otlp_exporter(
 
 
 def _http_url(endpoint: str | None, signal: str) -> str | None:
-    """A base URL given by the caller gets ``/v1/<signal>``; ``None`` leaves it to the env."""
+    """A base URL given by the caller gets ``/v1/<signal>`` (in place of another signal's
+    path it ends with); ``None`` leaves it to the env."""
     if endpoint is None:
         return None
     base = endpoint.rstrip("/")
-    return base if base.endswith(f"/v1/{signal}") else f"{base}/v1/{signal}"
+    for path in ("/v1/traces", "/v1/metrics"):
+        base = base.removesuffix(path)
+    return f"{base}/v1/{signal}"
 
 
-def _protocol(given: str | None) -> Protocol:
+def _protocol(given: str | None, signal: Literal["traces", "metrics"]) -> Protocol:
+    """``given``, else the signal's ``OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL``, else
+    ``OTEL_EXPORTER_OTLP_PROTOCOL``, else gRPC."""
     value = (
         given
-        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
         or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
         or "grpc"
     )
@@ -486,11 +534,11 @@ def _exports(variable: str) -> bool:
     raise ValueError(f"{variable}={value!r}: otel_ort.configure() takes otlp or none: {fix}")
 
 
-def _target(protocol: Protocol, endpoint: str | None) -> str:
-    """Where spans go, for messages: the endpoint as given or as the environment sets it."""
+def _target(protocol: Protocol, endpoint: str | None, signal: str) -> str:
+    """Where a signal goes, for messages: the endpoint as given or as the environment sets it."""
     given = (
         endpoint
-        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
         or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     )
     if given:

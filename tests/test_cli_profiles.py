@@ -48,6 +48,19 @@ def test_convert_to_a_file_it_cannot_write_is_one_clear_line(
     assert captured.out == ""
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full to fill a disk with")
+def test_convert_to_a_full_disk_says_so_and_fails(
+    real_profile: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["convert", str(real_profile), "--output", "/dev/full"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (
+        "otel-ort convert: 26 spans could not be written to /dev/full ([Errno 28] No space "
+        "left on device)\n"
+    )
+    assert "spans written to" not in captured.out
+
+
 def test_convert_over_otlp_http(real_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with OtlpReceiver() as receiver:
         code = main([

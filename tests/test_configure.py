@@ -72,6 +72,51 @@ def test_traces_and_metrics_reach_the_endpoint(protocol: str, tmp_path: Path) ->
     assert all(semconv.NODE_OP_TYPE in attributes_of(s) for s in nodes)
 
 
+def test_an_http_endpoint_given_with_its_traces_path_sends_metrics_to_theirs() -> None:
+    with OtlpReceiver() as receiver:
+        telemetry = configure(
+            endpoint=f"{receiver.http_endpoint}/v1/traces", protocol="http/protobuf",
+            set_global=False,
+        )  # fmt: skip
+        telemetry.tracer_provider.get_tracer("t").start_span("request").end()
+        telemetry.meter_provider.get_meter("t").create_counter("otel_ort.test").add(1)
+        telemetry.shutdown()
+        assert len(receiver.wait_for_spans(1)) == 1
+        assert "otel_ort.test" in receiver.metric_names()
+    assert telemetry.dropped() == {}
+
+
+def test_a_metrics_endpoint_that_is_down_does_not_drop_spans(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each exporter has its own up/down state: a failed metric export pauses metrics only."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    with OtlpReceiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.grpc_endpoint)
+        telemetry = configure(set_global=False)
+        telemetry.meter_provider.get_meter("t").create_counter("otel_ort.test").add(1)
+        telemetry.meter_provider.force_flush()  # fails: the metrics endpoint is down
+        tracer = telemetry.tracer_provider.get_tracer("t")
+        for _ in range(3):
+            tracer.start_span("request").end()
+        telemetry.tracer_provider.force_flush()
+        assert telemetry.dropped() == {}
+        assert len(receiver.wait_for_spans(3)) == 3
+        telemetry.shutdown()
+
+
+def test_a_bad_batch_size_variable_falls_back_to_the_sdk_default(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "abc")
+    with caplog.at_level(logging.WARNING, logger="otel_ort"):
+        telemetry = configure(endpoint=f"http://127.0.0.1:{free_port()}", set_global=False)
+    telemetry.endpoints[0].give_up()
+    telemetry.shutdown(timeout=1)
+    assert "OTEL_BSP_MAX_EXPORT_BATCH_SIZE='abc' is not a whole number >= 1" in caplog.text
+
+
 def test_a_profile_burst_does_not_evict_request_spans(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
