@@ -43,7 +43,11 @@ class OrtInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return get_dependency_conflicts(_instruments, _instruments_any)
 
     def instrument(self, **kwargs: Any) -> None:
-        """Wrap ONNX Runtime; bad options raise here, before anything is wrapped."""
+        """Wrap ONNX Runtime; bad options raise here, before anything is wrapped. Once
+        instrumented, a second call only warns (the base class's), its options unread."""
+        if self._is_instrumented_by_opentelemetry:
+            super().instrument()
+            return
         options = parse_options(kwargs)
         base = {key: value for key, value in kwargs.items() if key in BASE_KEYS}
         super().instrument(options=options, **base)

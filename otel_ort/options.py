@@ -87,6 +87,7 @@ _EXPECTED: dict[str, tuple[type | None, str]] = {
     "response_hook": (None, "a callable (span, session, outputs) -> None"),
 }
 _PERF_OFF = ("off", "none", "false", "0")
+_PERF_DEFAULT = ("default", "on", "true", "1")
 
 
 def parse_options(kwargs: Mapping[str, Any]) -> Options:
@@ -223,7 +224,7 @@ def _events(value: Any, source: str) -> EventSelection | Literal[False] | None:
     """The events asked for; ``False``: perf off; ``None``: the defaults."""
     if value is False or (isinstance(value, str) and value.strip().lower() in _PERF_OFF):
         return False
-    if value is True or value == "default":
+    if value is True or (isinstance(value, str) and value.strip().lower() in _PERF_DEFAULT):
         return None
     if not isinstance(value, str | os.PathLike | list | tuple):
         raise TypeError(

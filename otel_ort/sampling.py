@@ -144,17 +144,21 @@ class ParentBased(ProfileSampler):
         return f"ParentBased({self.inner!r})"
 
 
-_FORCED: ContextVar[int] = ContextVar("otel_ort_profile_next_run", default=0)
+_FORCED: ContextVar[list[bool] | None] = ContextVar("otel_ort_profile_next_run", default=None)
+"""The request of the innermost ``profile_next_run`` block: one item until a run takes it. A
+list, shared by the copies of the context made inside the block, so one run takes it."""
 
 
 @contextmanager
 def profile_next_run() -> Iterator[None]:
-    """Profile the next run started in this context (thread or task), whatever the sampler.
+    """Profile the next run started in this context, whatever the sampler: in this thread or
+    task, or in a copy of its context made inside the block (``asyncio`` tasks,
+    ``asyncio.to_thread``; an executor that does not copy the context does not see it).
 
     ``with otel_ort.profile_next_run(): session.run(...)``. Runs after the first one inside
     the block are left to the sampler.
     """
-    token = _FORCED.set(1)
+    token = _FORCED.set([True])
     try:
         yield
     finally:
@@ -163,10 +167,14 @@ def profile_next_run() -> Iterator[None]:
 
 def take_forced() -> bool:
     """Whether :func:`profile_next_run` asks for this run; consumes the request."""
-    if _FORCED.get():
-        _FORCED.set(0)
-        return True
-    return False
+    request = _FORCED.get()
+    if not request:
+        return False
+    try:
+        request.pop()  # atomic: of two threads sharing the request, one takes it
+    except IndexError:
+        return False
+    return True
 
 
 _SPELLINGS = (

@@ -173,6 +173,8 @@ class RunTelemetry:
         except Exception:
             report_failure("could not start a run span")
             return wrapped(*args, **kwargs)
+        if self._profiler is not None:  # never profiled: a selected run says why
+            _profile(self._profiler, span, session, "run_async", args, kwargs)
         caller_context = otel_context.get_current()
         start = perf_counter()
 
@@ -245,8 +247,9 @@ class RunTelemetry:
             semconv.SPAN_RUN, kind=SpanKind.INTERNAL, attributes=facts.run_attributes
         )
         if span.is_recording():
-            feeds = feeds_of(args, kwargs)
+            feeds = None
             try:
+                feeds = feeds_of(args, kwargs)
                 attributes: dict[str, Any] = {semconv.RUN_METHOD: method}
                 if type(feeds) is dict or isinstance(feeds, Mapping):  # ABC check is slow
                     attributes[semconv.RUN_INPUTS] = describe_feeds(feeds)
@@ -302,7 +305,9 @@ class RunTelemetry:
         Never raises: the caller is about to return ORT's result or re-raise ORT's exception.
         """
         try:
-            if facts.providers_list is not getattr(session, "_providers", facts.providers_list):
+            if facts is not UNKNOWN_SESSION and facts.providers_list is not getattr(
+                session, "_providers", facts.providers_list
+            ):
                 facts = _after_fallback(span, session)
             if error is None:
                 if self._response_hook is not None and span.is_recording():
@@ -318,6 +323,9 @@ class RunTelemetry:
             self._duration.record(duration, metric_attributes)
         except Exception:
             report_failure("could not end a run span")
+            if not profiled:  # the span still ends (a second end() only warns)
+                with contextlib.suppress(Exception):
+                    span.end()
 
 
 def _profile(

@@ -426,6 +426,30 @@ def test_duration_histogram(instrumented: Telemetry, mlp_path: Path) -> None:
     assert ok.explicit_bounds[0] == 0.00005  # seconds, not the SDK's millisecond defaults
 
 
+def test_a_session_otel_ort_cannot_describe_still_gets_its_spans_and_durations(
+    instrumented: Telemetry, mlp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError("otel-ort bug")
+
+    monkeypatch.setattr(session_facts, "_collect", broken)
+    session = cpu_session(mlp_path)
+    for _ in range(2):
+        session.run(None, {"x": X})
+    spans = instrumented.spans(semconv.SPAN_RUN)
+    assert len(spans) == 2 and all(attrs(s)[semconv.MODEL_PATH] == "unknown" for s in spans)
+    (point,) = instrumented.points(semconv.METRIC_RUN_DURATION)
+    assert point.count == 2
+
+
+def test_a_second_instrument_reads_no_options(tmp_path: Path) -> None:
+    """It only warns (the base class's), so a profile_dir it names is neither made nor
+    checked, and a bad option does not raise."""
+    with instrumentation():
+        OrtInstrumentor().instrument(profile_dir=str(tmp_path / "new"), profile_mode="bad")
+    assert not (tmp_path / "new").exists()
+
+
 class ExplodingProcessor(SpanProcessor):
     """A span processor with a bug: what a user's telemetry stack might do to us."""
 

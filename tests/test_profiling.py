@@ -218,6 +218,10 @@ def test_runs_that_cannot_go_to_the_twin_say_why(profiling: Telemetry, mlp_path:
         session.run(None, {"x": X["x"].tolist()})  # ORT converts lists; the twin does not
     with profile_next_run():
         session.run_with_ort_values(None, {"x": ort.OrtValue.ortvalue_from_numpy(X["x"])})
+    done = threading.Event()
+    with profile_next_run():
+        session.run_async(None, X, lambda *_: done.set(), None)
+    assert done.wait(timeout=30)
     with profile_next_run(), pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument):
         session.run(None, {"x": X["x"].astype(np.float64)})
     only_path = ort.RunOptions()
@@ -229,6 +233,7 @@ def test_runs_that_cannot_go_to_the_twin_say_why(profiling: Telemetry, mlp_path:
     reasons = [attrs(s).get(semconv.PROFILE_SKIP_REASON) for s in run_spans(profiling)]
     assert reasons == [
         semconv.SKIP_VALUE,
+        semconv.SKIP_METHOD,
         semconv.SKIP_METHOD,
         semconv.SKIP_TWIN_ERROR,
         semconv.SKIP_TWIN_UNAVAILABLE,

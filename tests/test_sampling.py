@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -167,11 +168,36 @@ def test_a_bad_variable_is_logged_naming_it_and_profiling_is_off(
     assert "runs are traced but not profiled" in caplog.text
 
 
+@pytest.mark.parametrize("value", ["default", "Default", "true", "ON", "1"])
+def test_perf_events_variable_spellings_of_the_defaults(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_ORT_PERF_EVENTS", value)
+    perf = parse_options({}).profiling.perf
+    assert perf is not None and not perf.explicit
+
+
 def test_profile_next_run_forces_one_run_only() -> None:
     assert not take_forced()
     with profile_next_run():
         assert take_forced()
         assert not take_forced()
+    assert not take_forced()
+
+
+def test_profile_next_run_is_taken_once_across_copies_of_its_context() -> None:
+    """``asyncio.to_thread`` and tasks run in copies of the context made inside the block: the
+    first run in any of them takes the request, not the first run in each."""
+
+    async def two_runs_in_threads() -> list[bool]:
+        with profile_next_run():
+            return [
+                await asyncio.to_thread(take_forced),
+                await asyncio.to_thread(take_forced),
+                *await asyncio.gather(asyncio.to_thread(take_forced), asyncio.sleep(0, False)),
+            ]
+
+    assert asyncio.run(two_runs_in_threads()) == [True, False, False, False]
     assert not take_forced()
 
 
