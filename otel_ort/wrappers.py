@@ -323,7 +323,7 @@ class RunTelemetry:
             self._duration.record(duration, metric_attributes)
         except Exception:
             report_failure("could not end a run span")
-            if not profiled:  # the span still ends (a second end() only warns)
+            if not profiled and getattr(span, "end_time", None) is None:  # not ended yet
                 with contextlib.suppress(Exception):
                     span.end()
 
