@@ -144,9 +144,15 @@ class Endpoint:
         if self._retry_at != math.inf:  # given up: an export in flight does not undo that
             self._retry_at = time.monotonic() + self._pause_s
 
-    def give_up(self) -> None:
-        """Shutting down: if the endpoint is down, try nothing more (it would only wait)."""
-        if self._down:
+    @property
+    def down(self) -> bool:
+        return self._down
+
+    def give_up(self, target_down: bool = False) -> None:
+        """Shutting down: if the endpoint is down (or, ``target_down``, another exporter
+        found its target down), try nothing more (it would only wait)."""
+        if self._down or target_down:
+            self._down = True
             self._retry_at = math.inf
 
 
@@ -357,7 +363,8 @@ class Telemetry:
     """Where spans go (for messages)."""
     protocol: Protocol
     endpoints: Sequence[Endpoint] = ()
-    """One per exporter: a signal or stream that fails pauses only its own exports."""
+    """One per exporter: a signal or stream that fails pauses only its own exports (at
+    shutdown, a target found down is given up by every exporter sending to it)."""
     _shut_down: bool = False
 
     def dropped(self) -> dict[str, int]:
@@ -376,8 +383,9 @@ class Telemetry:
         atexit.unregister(self.shutdown)
         from otel_ort.instrumentation import flush_profiles
 
-        for endpoint in self.endpoints:
-            endpoint.give_up()
+        down = {endpoint.target for endpoint in self.endpoints if endpoint.down}
+        for endpoint in self.endpoints:  # a metrics exporter not tried yet need not wait either
+            endpoint.give_up(endpoint.target in down)
         flush_profiles(timeout)  # the run spans of profiled runs end in the profile worker
         self.tracer_provider.shutdown()
         self.meter_provider.shutdown(timeout_millis=timeout * 1000)
