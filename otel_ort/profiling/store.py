@@ -22,6 +22,7 @@ import glob
 import itertools
 import logging
 import os
+import pathlib
 import secrets
 import stat
 import threading
@@ -56,7 +57,9 @@ def prepare_dir(directory: str) -> str:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             os.mkdir(path, 0o700)
         except OSError as exc:
-            where = next((f": {p!r} is a file" for p in _parents(path) if os.path.isfile(p)), "")
+            where = next(
+                (f": {str(p)!r} is a file" for p in pathlib.Path(path).parents if p.is_file()), ""
+            )
             raise ProfileDirError(
                 f"profile_dir {path!r} cannot be created ({exc.strerror}{where}); "
                 "choose a directory you can write"
@@ -213,15 +216,6 @@ class ProfileStore:
             found.append((info.st_mtime_ns, path, info.st_size))
         found.sort()
         return deque((path, size) for _, path, size in found), sum(size for *_, size in found)
-
-
-def _parents(path: str) -> list[str]:
-    """The directories above ``path``, nearest first."""
-    parents = []
-    while (parent := os.path.dirname(path)) != path:
-        parents.append(parent)
-        path = parent
-    return parents
 
 
 def remove_files(paths: list[str]) -> None:
