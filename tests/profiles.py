@@ -4,6 +4,7 @@ in builds or versions this machine cannot run (GPU kernels, old fence events).""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,11 @@ import onnxruntime as ort
 from otel_ort.demo_model import mlp_model
 
 
-def session_level_profile(directory: Path, depth: int = 100, runs: int = 3) -> Path:
-    """A real session-level profile: an unfused MLP of ``3 * depth`` nodes, ``runs`` runs."""
+def session_level_profile(
+    directory: Path, depth: int = 100, runs: int = 3, threads: int = 1
+) -> Path:
+    """A real session-level profile: an unfused MLP of ``3 * depth`` nodes, ``runs`` runs on
+    each of ``threads`` threads, started together."""
     options = ort.SessionOptions()
     options.enable_profiling = True
     options.profile_file_prefix = str(directory / "session")
@@ -22,8 +26,18 @@ def session_level_profile(directory: Path, depth: int = 100, runs: int = 3) -> P
     session = ort.InferenceSession(
         mlp_model(width=16, depth=depth), options, providers=["CPUExecutionProvider"]
     )
-    for _ in range(runs):
-        session.run(None, {"x": np.ones((2, 16), np.float32)})
+    start = threading.Barrier(threads)
+
+    def run() -> None:
+        start.wait()
+        for _ in range(runs):
+            session.run(None, {"x": np.ones((2, 16), np.float32)})
+
+    workers = [threading.Thread(target=run) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
     return Path(session.end_profiling())
 
 
@@ -35,8 +49,8 @@ def node_event(name: str, op: str, ts: int, dur: int, tid: int = 7, **args: Any)
     }  # fmt: skip
 
 
-def model_run(ts: int, dur: int) -> dict[str, Any]:
-    return {"cat": "Session", "pid": 7, "tid": 7, "ts": ts, "dur": dur, "ph": "X",
+def model_run(ts: int, dur: int, tid: int = 7) -> dict[str, Any]:
+    return {"cat": "Session", "pid": 7, "tid": tid, "ts": ts, "dur": dur, "ph": "X",
             "name": "model_run", "args": {}}  # fmt: skip
 
 

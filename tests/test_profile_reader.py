@@ -76,6 +76,35 @@ def test_parallel_executor_nodes_on_several_threads(tmp_path: Path) -> None:
     assert [(n.name, n.tid) for n in run.nodes] == [("a", 11), ("b", 12), ("c", 11)]
 
 
+def test_overlapping_runs_of_several_threads_keep_their_own_nodes(tmp_path: Path) -> None:
+    events = [  # in the order ORT writes them: a run's nodes, then its model_run
+        node_event("b1", "Relu", 5, 10, tid=2),
+        model_run(0, 30, tid=2),
+        node_event("a1", "Relu", 25, 10, tid=1),  # inside both runs: the later-starting is b2's
+        node_event("b2", "Relu", 40, 10, tid=2),
+        node_event("a2", "Relu", 60, 10, tid=1),
+        model_run(20, 60, tid=1),
+        node_event("b3", "Relu", 85, 10, tid=2),  # b3's run was cut off: no model_run
+    ]
+    profile = read_profile(write(tmp_path / "threads.json", events))
+    assert [(run.tid, run.complete, [n.name for n in run.nodes]) for run in profile.runs] == [
+        (2, True, ["b1"]),
+        (1, True, ["a1", "a2"]),
+        (2, False, ["b2", "b3"]),
+    ]
+
+
+def test_real_concurrent_runs_each_get_every_node(tmp_path: Path) -> None:
+    path = session_level_profile(tmp_path, depth=30, runs=4, threads=3)
+    profile = read_profile(path)
+    assert len(profile.runs) == 12
+    ends = [run.end for run in profile.runs]  # sorted by start
+    assert any(run.ts < max(ends[:k]) for k, run in enumerate(profile.runs) if k), "no overlap"
+    for run in profile.runs:
+        assert run.complete and len(run.nodes) == 90
+        assert {node.tid for node in run.nodes} == {run.tid}
+
+
 def test_gpu_kernels_link_to_nodes(tmp_path: Path) -> None:
     events = [
         model_run(0, 200),

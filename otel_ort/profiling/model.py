@@ -46,6 +46,8 @@ class RunRecord(_Window):
 
     index: int
     """Position in the file, from 0."""
+    tid: int | None = None
+    """The thread that called ``Run`` (``model_run``'s ``tid``), when the file says."""
     nodes: list[NodeRecord] = field(default_factory=list)
     unmatched_kernels: list[KernelRecord] = field(default_factory=list)
     """Kernels no node could be found for: kept, shown under the run."""

@@ -2,7 +2,8 @@
 
 Accepted shapes: a bare JSON array of trace events (what ORT writes) or an object with a
 ``traceEvents`` array; session-level files (many runs, split on their ``model_run`` events)
-and run-level files (one run); old files with ``<node>_fence_before``/``_fence_after`` events
+and run-level files (one run); runs that overlap, called on one session from several threads
+(a node on a thread that called ``Run`` belongs to that thread's run); old files with ``<node>_fence_before``/``_fence_after`` events
 (counted, not nodes); the parallel executor's files (nodes on several threads, overlapping);
 GPU ``Kernel`` events. Only complete (``"ph": "X"``) events are read; metadata and counter
 events (which otel-ort itself adds) are passed over.
@@ -28,7 +29,7 @@ import os
 import re
 import time
 from collections import Counter, defaultdict
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from otel_ort.gc_pause import gc_paused
 from otel_ort.profiling.chrome import START_TIME_KEY
@@ -39,6 +40,7 @@ _FENCE_SUFFIXES = ("_fence_before", "_fence_after")
 _LINK_ARG = "parent_name"
 _TOLERANCE_US = 1.0
 """ORT rounds ``ts`` and ``dur`` to whole microseconds: windows are compared with this slack."""
+_W = TypeVar("_W", NodeRecord, RunRecord)
 _FILENAME_TIME = re.compile(r"_(\d{4})-(\d{2})-(\d{2})_(\d{2})-(\d{2})-(\d{2})_(\d{3})\.json$")
 
 
@@ -159,6 +161,11 @@ def _time(value: object) -> float | None:
     return None
 
 
+def _tid(event: dict[str, Any]) -> int | None:
+    tid = event.get("tid")
+    return tid if type(tid) is int else None
+
+
 class _Parsed:
     """Events sorted into runs, nodes and kernels as they are read."""
 
@@ -200,7 +207,7 @@ class _Parsed:
                         provider=str(args.get("provider", "unknown")),
                         ts=ts,
                         dur=dur,
-                        tid=event.get("tid") if type(event.get("tid")) is int else None,
+                        tid=_tid(event),
                         args=args,
                     )
                 )
@@ -211,7 +218,7 @@ class _Parsed:
         elif category == "Kernel":
             self.kernels.append(KernelRecord(name=name, ts=ts, dur=dur, args=args))
         elif category == "Session" and name == "model_run":
-            self.model_runs.append(RunRecord(index=0, ts=ts, dur=dur))
+            self.model_runs.append(RunRecord(index=0, ts=ts, dur=dur, tid=_tid(event)))
 
     def problem_lines(self) -> list[str]:
         lines = [f"{count} events skipped: {why}" for why, count in self.problems.items()]
@@ -220,23 +227,32 @@ class _Parsed:
         return lines
 
     def runs(self) -> list[RunRecord]:
-        """Nodes and kernels placed in their runs; runs whose ``model_run`` is missing made up."""
+        """Nodes and kernels placed in their runs; runs whose ``model_run`` is missing made up.
+
+        An event goes to the latest-starting run whose window contains it. Runs overlap when
+        several threads call ``Run`` on one session: a node recorded on a thread that called
+        ``Run`` (the sequential executor's nodes) then goes to that thread's run, and to none
+        if none of that thread's runs contains it (its own run's ``model_run`` never came).
+        Nodes on other threads (the parallel executor's pool) and kernels take any run.
+        """
         runs = sorted(self.model_runs, key=lambda run: run.ts)
-        starts = [run.ts for run in runs]
-        orphans: dict[int, list[NodeRecord | KernelRecord]] = defaultdict(list)
-        node_runs: dict[int, list[NodeRecord]] = defaultdict(list)
-        kernel_runs: dict[int, list[KernelRecord]] = defaultdict(list)
-        for items, placed in ((self.nodes, node_runs), (self.kernels, kernel_runs)):
-            for item in items:
-                at = bisect.bisect_right(starts, item.ts) - 1
-                if at >= 0 and item.ts <= runs[at].end + _TOLERANCE_US:
-                    placed[at].append(item)  # type: ignore[arg-type]
-                else:
-                    orphans[at].append(item)
-        for at, run in enumerate(runs):
-            run.nodes = node_runs[at]
-            run.unmatched_kernels = kernel_runs[at]
-        runs += [_incomplete_run(items) for _, items in sorted(orphans.items())]
+        windows = _Windows(runs)
+        callers = {run.tid for run in runs if run.tid is not None}
+        orphans: dict[tuple[int, int | None], list[NodeRecord | KernelRecord]] = defaultdict(list)
+        items: list[NodeRecord | KernelRecord] = [*self.nodes, *self.kernels]
+        for item in items:
+            tid = item.tid if isinstance(item, NodeRecord) and item.tid in callers else None
+            run = windows.containing(item.ts, tid)
+            if run is None:
+                orphans[windows.started_before(item.ts), tid].append(item)
+            elif isinstance(item, NodeRecord):
+                run.nodes.append(item)
+            else:
+                run.unmatched_kernels.append(item)
+        runs += [
+            _incomplete_run(items, tid)
+            for (_, tid), items in sorted(orphans.items(), key=_gap_order)
+        ]
         runs.sort(key=lambda run: run.ts)
         for index, run in enumerate(runs):
             run.index = index
@@ -245,11 +261,16 @@ class _Parsed:
         return runs
 
 
-def _incomplete_run(items: list[NodeRecord | KernelRecord]) -> RunRecord:
+def _gap_order(entry: tuple[tuple[int, int | None], list[Any]]) -> tuple[int, int]:
+    (gap, tid), _ = entry
+    return gap, -1 if tid is None else tid
+
+
+def _incomplete_run(items: list[NodeRecord | KernelRecord], tid: int | None) -> RunRecord:
     """A run whose ``model_run`` event is missing (the file was cut short): its events' extent."""
     start = min(item.ts for item in items)
     end = max(item.end for item in items)
-    run = RunRecord(index=0, ts=start, dur=end - start, complete=False)
+    run = RunRecord(index=0, ts=start, dur=end - start, tid=tid, complete=False)
     run.nodes = [item for item in items if isinstance(item, NodeRecord)]
     run.unmatched_kernels = [item for item in items if isinstance(item, KernelRecord)]
     return run
@@ -260,9 +281,10 @@ def _link_kernels(nodes: list[NodeRecord], kernels: list[KernelRecord]) -> list[
     if not kernels:
         return []
     by_name = {node.name: node for node in nodes}
-    by_op: dict[str, _OpWindows] = {}
+    same_op: dict[str, list[NodeRecord]] = defaultdict(list)
     for each in nodes:  # sorted by start
-        by_op.setdefault(each.op_type, _OpWindows()).add(each)
+        same_op[each.op_type].append(each)
+    by_op = {op: _Windows(ops) for op, ops in same_op.items()}
     unmatched: list[KernelRecord] = []
     for kernel in kernels:
         node = by_name.get(str(kernel.args.get(_LINK_ARG, "")).removesuffix(_NODE_SUFFIX))
@@ -276,25 +298,27 @@ def _link_kernels(nodes: list[NodeRecord], kernels: list[KernelRecord]) -> list[
     return unmatched
 
 
-class _OpWindows:
-    """The windows of one op type's nodes, sorted by start, for containment look-ups."""
+class _Windows(Generic[_W]):
+    """Windows (runs or nodes) sorted by start, for containment look-ups."""
 
-    def __init__(self) -> None:
-        self.nodes: list[NodeRecord] = []
-        self.starts: list[float] = []
-        self.max_ends: list[float] = []  # max end over nodes[0..i]: stops the backward scan
+    def __init__(self, windows: list[_W]) -> None:
+        self.windows: list[_W] = windows
+        self.starts = [each.ts for each in windows]
+        self.max_ends: list[float] = []  # max end over windows[0..i]: stops the backward scan
+        for each in windows:
+            self.max_ends.append(max(each.end, self.max_ends[-1] if self.max_ends else each.end))
 
-    def add(self, node: NodeRecord) -> None:
-        self.nodes.append(node)
-        self.starts.append(node.ts)
-        self.max_ends.append(max(node.end, self.max_ends[-1] if self.max_ends else node.end))
+    def started_before(self, ts: float) -> int:
+        """The index of the last window starting at or before ``ts``; -1 if none does."""
+        return bisect.bisect_right(self.starts, ts) - 1
 
-    def containing(self, ts: float) -> NodeRecord | None:
-        """The latest-starting node whose window contains ``ts``."""
+    def containing(self, ts: float, tid: int | None = None) -> _W | None:
+        """The latest-starting window that contains ``ts`` (and is on thread ``tid``, if given)."""
         at = bisect.bisect_right(self.starts, ts + _TOLERANCE_US) - 1
         while at >= 0 and self.max_ends[at] + _TOLERANCE_US >= ts:
-            if self.nodes[at].end + _TOLERANCE_US >= ts:
-                return self.nodes[at]
+            each: _W = self.windows[at]
+            if each.end + _TOLERANCE_US >= ts and (tid is None or each.tid == tid):
+                return each
             at -= 1
         return None
 
