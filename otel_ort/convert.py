@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext, TraceFlags
+from opentelemetry.util.types import AttributeValue
 
 from otel_ort import semconv
 from otel_ort.console import render_span_tree
@@ -114,7 +115,7 @@ def _send(
 ) -> int:
     """Deliver the span trees of ``profile``'s runs (with the perf counts of a file otel-ort
     kept) and say what was sent; the spans dropped."""
-    nodes = dropped = not_emitted = linked = 0
+    nodes = dropped = not_emitted = kernels_not_emitted = linked = 0
     found = counters(profile.events)
     ids = run_ids(profile.events, profile.runs, other_data(profile.path))
     for run, (trace_id, span_id) in zip(profile.runs, ids, strict=True):
@@ -127,7 +128,9 @@ def _send(
         spans = builder.run_tree(profile, run, node_extra=counts, link=link)
         dropped += delivery.deliver(spans)
         nodes += len(run.nodes)
-        not_emitted += max(0, len(run.nodes) - builder.max_node_spans)
+        summary = spans[-1].attributes or {}  # run_tree puts the run span last
+        not_emitted += _count(summary, semconv.RUN_NODES_NOT_EMITTED)
+        kernels_not_emitted += _count(summary, semconv.RUN_KERNELS_NOT_EMITTED)
     notes = [f"time base from {profile.start_source}"]
     if linked:
         notes.append(f"{linked} run span(s) linked to the traced run")
@@ -140,6 +143,8 @@ def _send(
         notes.append("TRUNCATED file: complete events only")
     if not_emitted:
         notes.append(f"{not_emitted} nodes over --max-node-spans summarised on run spans")
+    if kernels_not_emitted:
+        notes.append(f"{kernels_not_emitted} kernels of those nodes not emitted")
     if dropped:
         notes.append(f"{dropped} spans DROPPED by a span processor")
     notes += profile.problems
@@ -149,6 +154,11 @@ def _send(
         file=out,
     )
     return dropped
+
+
+def _count(attributes: Mapping[str, AttributeValue], key: str) -> int:
+    value = attributes.get(key, 0)
+    return value if isinstance(value, int) else 0
 
 
 def _traced_run(trace_id: str | None, span_id: str | None) -> SpanContext | None:

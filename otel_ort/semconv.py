@@ -59,6 +59,7 @@ RUN_NODES_NOT_EMITTED: Final = "onnxruntime.run.nodes_not_emitted"
 RUN_NOT_EMITTED_OP_TYPES: Final = "onnxruntime.run.not_emitted.op_types"
 RUN_NOT_EMITTED_COUNTS: Final = "onnxruntime.run.not_emitted.counts"
 RUN_NOT_EMITTED_DURATIONS_US: Final = "onnxruntime.run.not_emitted.durations_us"
+RUN_KERNELS_NOT_EMITTED: Final = "onnxruntime.run.kernels_not_emitted"
 RUN_UNMATCHED_KERNELS: Final = "onnxruntime.run.unmatched_kernels"
 
 # Node spans (one per Node event of a profiled run)

@@ -13,7 +13,8 @@ node's own duration stays in ``onnxruntime.node.duration_us``); a run span cover
 children. So every child lies inside its parent.
 
 At most ``max_node_spans`` node spans per run: the longest nodes are kept, the others are
-summarised per op type on the run span (``onnxruntime.run.not_emitted.*``).
+summarised per op type on the run span (``onnxruntime.run.not_emitted.*``), and their
+kernels counted (``onnxruntime.run.kernels_not_emitted``).
 """
 
 from __future__ import annotations
@@ -144,6 +145,9 @@ class SpanBuilder:
             summary[semconv.RUN_UNMATCHED_KERNELS] = len(run.unmatched_kernels)
         if left_out:
             summary.update(_left_out_summary(left_out))
+            kernels = sum(len(node.kernels) for node in left_out)
+            if kernels:
+                summary[semconv.RUN_KERNELS_NOT_EMITTED] = kernels
         return spans, summary
 
     def _select(self, nodes: list[NodeRecord]) -> tuple[list[NodeRecord], list[NodeRecord]]:

@@ -11,7 +11,7 @@ from otel_ort import semconv
 from otel_ort.cli import main
 from tests.conftest import file_spans
 from tests.otlp_receiver import OtlpReceiver
-from tests.profiles import model_run, node_event, session_level_profile
+from tests.profiles import kernel_event, model_run, node_event, session_level_profile, write
 from tests.test_report import SPAN_ID, TRACE_ID, kept_file
 
 
@@ -102,6 +102,19 @@ def test_convert_reports_bad_files_and_goes_on(
     assert f"[1/2] {empty}: skipped: is empty (0 bytes)" in out
     assert f"[2/2] {cut}: 2 run(s)" in out and "TRUNCATED file: complete events only" in out
     assert "Traceback" not in out
+
+
+def test_convert_says_what_max_node_spans_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    events = [model_run(0, 100), *(node_event(f"n{k}", "Relu", 10 * k, 5 + k) for k in range(4))]
+    events.append(kernel_event("k0", "Relu", 1, 1, parent_name="n0_kernel_time"))
+    path = write(tmp_path / "four.json", events)
+    output = tmp_path / "spans.jsonl"
+    assert main(["convert", str(path), "--max-node-spans", "1", "--output", str(output)]) == 0
+    out = capsys.readouterr().out
+    assert "3 nodes over --max-node-spans summarised on run spans" in out
+    assert "1 kernels of those nodes not emitted" in out
 
 
 def test_summary_tables(real_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:

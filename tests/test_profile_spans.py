@@ -89,6 +89,10 @@ def test_node_cap_keeps_longest_and_summarises_the_rest(tmp_path: Path) -> None:
     events = [model_run(0, 1000)] + [
         node_event(f"n{k}", "Relu" if k % 2 else "Add", 10 + k * 10, 1 + k) for k in range(20)
     ]
+    events += [  # a kernel launched by a node left out, and one by a node kept
+        kernel_event("k0", "Add", 11, 1, parent_name="n0_kernel_time"),
+        kernel_event("k19", "Relu", 201, 1, parent_name="n19_kernel_time"),
+    ]
     memory = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(memory))
@@ -96,9 +100,12 @@ def test_node_cap_keeps_longest_and_summarises_the_rest(tmp_path: Path) -> None:
     provider.shutdown()
     spans = memory.get_finished_spans()
     (run,) = [s for s in spans if s.name == semconv.SPAN_RUN]
-    assert sorted(s.name for s in spans if s is not run) == ["n15", "n16", "n17", "n18", "n19"]
+    assert sorted(s.name for s in spans if s is not run) == [
+        "k19", "n15", "n16", "n17", "n18", "n19"
+    ]  # fmt: skip
     assert attrs(run)[semconv.RUN_NODE_COUNT] == 20
     assert attrs(run)[semconv.RUN_NODES_NOT_EMITTED] == 15
+    assert attrs(run)[semconv.RUN_KERNELS_NOT_EMITTED] == 1
     assert sum(attrs(run)[semconv.RUN_NOT_EMITTED_COUNTS]) == 15
     assert set(attrs(run)[semconv.RUN_NOT_EMITTED_OP_TYPES]) == {"Add", "Relu"}
 

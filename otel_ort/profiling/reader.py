@@ -3,10 +3,11 @@
 Accepted shapes: a bare JSON array of trace events (what ORT writes) or an object with a
 ``traceEvents`` array; session-level files (many runs, split on their ``model_run`` events)
 and run-level files (one run); runs that overlap, called on one session from several threads
-(a node on a thread that called ``Run`` belongs to that thread's run); old files with ``<node>_fence_before``/``_fence_after`` events
-(counted, not nodes); the parallel executor's files (nodes on several threads, overlapping);
-GPU ``Kernel`` events. Only complete (``"ph": "X"``) events are read; metadata and counter
-events (which otel-ort itself adds) are passed over.
+(a node on a thread that called ``Run`` belongs to that thread's run); old files with
+``<node>_fence_before``/``_fence_after`` events (counted, not nodes); the parallel executor's
+files (nodes on several threads, overlapping); GPU ``Kernel`` events. Only complete
+(``"ph": "X"``) events are read; metadata and counter events (which otel-ort itself adds)
+are passed over.
 
 A kernel belongs to the node its args name (``parent_name``: the node's event name, which
 ORT >= 1.14 writes when it found the launching node) when present; otherwise to the node of
