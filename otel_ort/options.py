@@ -238,6 +238,9 @@ def _events(value: Any, source: str) -> EventSelection | Literal[False] | None:
 
 
 def _positive(value: Any, source: str) -> int:
+    """A whole number >= 1: an ``int`` argument, or a variable's text (its source is ``$NAME``)."""
+    if isinstance(value, str) and not source.startswith("$"):
+        raise TypeError(f"{source} must be an int, got {_describe(value)}")
     try:
         number = int(value)
     except (TypeError, ValueError):

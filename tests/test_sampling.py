@@ -130,6 +130,7 @@ def test_default_is_no_profiling(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"profile_dir": 3}, TypeError, "profile_dir=...\\) must be a path"),
         ({"profile_max_files": 0}, ValueError, "must be a whole number >= 1"),
         ({"profile_max_bytes": 1.5}, ValueError, "must be a whole number >= 1"),
+        ({"profile_max_files": "3"}, TypeError, "profile_max_files=...\\) must be an int, got str"),
         ({"profile_mode": "always"}, ValueError, "'always': use one of twin, serve, off"),
     ],
 )
