@@ -65,6 +65,40 @@ def test_a_directory_open_to_others_is_refused(tmp_path: Path) -> None:
         prepare_dir(str(shared))
 
 
+def test_a_parent_anyone_can_write_is_refused_unless_sticky(tmp_path: Path) -> None:
+    open_parent = tmp_path / "open"
+    open_parent.mkdir()
+    open_parent.chmod(0o777)
+    (tmp_path / "via").symlink_to(open_parent)
+    for given in (open_parent / "profiles", tmp_path / "via" / "profiles"):
+        with pytest.raises(ProfileDirError) as error:
+            prepare_dir(str(given))
+        assert f"is inside {str(open_parent)!r}, which anyone can write" in str(error.value)
+        assert f"chmod o-w {open_parent}" in str(error.value)
+    open_parent.chmod(0o1777)  # as /tmp: only a directory's owner may rename it
+    assert prepare_dir(str(open_parent / "profiles")) == str(open_parent / "profiles")
+
+
+def test_a_parent_its_group_can_write_is_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    team = tmp_path / "team"
+    team.mkdir()
+    team.chmod(0o775)
+    assert prepare_dir(str(team / "profiles")) == str(team / "profiles")
+    assert f"is inside {str(team)!r}, which its group (gid" in caplog.text
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a directory to another user")
+def test_a_parent_of_another_user_is_refused(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    (theirs / "profiles").mkdir(mode=0o700)
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(ProfileDirError, match=r"is inside .*, owned by uid 65534, who could"):
+        prepare_dir(str(theirs / "profiles"))
+
+
 def test_a_file_is_not_a_directory(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(ProfileDirError, match="is not a directory"):

@@ -10,7 +10,9 @@ back. Raw and temporary files an hour old are leftovers of a process that ended 
 next store made for the directory deletes them, and logs how many.
 
 Safety: the directory is created 0700; an existing one must be a real directory (not a
-symlink), owned by this user, writable, and closed to group and others. Published files are
+symlink), owned by this user, writable, and closed to group and others; no parent may let
+another user replace it (owned by someone else than this user or root, or writable by
+others without the sticky bit; writable by its group is a warning). Published files are
 0600. Retention deletes the oldest published files (by modification time) beyond
 ``max_files`` or ``max_bytes``, and counts what it deleted; other files are never touched.
 """
@@ -82,6 +84,7 @@ def prepare_dir(directory: str) -> str:
             f"profile_dir {path!r} is open to other users (mode {stat.filemode(info.st_mode)}); "
             f"profiles describe your model: run `chmod 700 {path}` or use another directory"
         )
+    _check_parents(path)
     pending = os.path.join(path, _PENDING)
     try:
         os.makedirs(pending, mode=0o700, exist_ok=True)
@@ -94,6 +97,37 @@ def prepare_dir(directory: str) -> str:
             "choose a directory you can write"
         ) from None
     return path
+
+
+def _check_parents(path: str) -> None:
+    """Refuse a directory whose parents let another user replace it: a parent (as written or
+    with links resolved) owned by another user than this one or root, or open to others
+    for writing without the sticky bit (``/tmp`` has it); warn of one open to its group only
+    (with ``umask 002``, the user's own group usually)."""
+    parents = {*pathlib.Path(path).parents, *pathlib.Path(os.path.realpath(path)).parents}
+    for parent in sorted({os.path.realpath(each) for each in parents}, key=len):
+        info = os.stat(parent)
+        sticky = info.st_mode & stat.S_ISVTX
+        if info.st_uid not in (0, os.getuid()):
+            raise ProfileDirError(
+                f"profile_dir {path!r} is inside {parent!r}, owned by uid {info.st_uid}, "
+                "who could replace it; use a directory under your own"
+            )
+        if info.st_mode & stat.S_IWOTH and not sticky:
+            raise ProfileDirError(
+                f"profile_dir {path!r} is inside {parent!r}, which anyone can write "
+                f"(mode {stat.filemode(info.st_mode)}), so another user could replace it: "
+                f"run `chmod o-w {parent}` (or `chmod +t`) or use another directory"
+            )
+        if info.st_mode & stat.S_IWGRP and not sticky:
+            _logger.warning(
+                "otel-ort: profile_dir %r is inside %r, which its group (gid %d) can write: "
+                "members of that group could replace it (`chmod g-w %s` closes it)",
+                path,
+                parent,
+                info.st_gid,
+                parent,
+            )
 
 
 @dataclass(frozen=True, slots=True)
