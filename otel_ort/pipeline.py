@@ -172,17 +172,27 @@ class CountingSpanExporter(SpanExporter):
         self._endpoint = endpoint
         self._drops = drops
         self._stream = stream
+        self._in_flight = 0
+        self._abandoned = 0  # how many times exports in flight were given up
+        self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         target = self._endpoint.target
         if not self._endpoint.should_try():
             return self._lost(spans, f"{target} failed moments ago (not retried yet)")
+        with self._lock:
+            self._in_flight += len(spans)
+            abandoned = self._abandoned
         try:
             result = self.inner.export(spans)
         except Exception as exc:  # an exporter bug must not escape the batch thread uncounted
             result, why = SpanExportResult.FAILURE, f"exporting to {target} raised {exc!r}"
         else:
             why = f"the export to {target} failed (the exporter's log says why)"
+        with self._lock:
+            self._in_flight -= len(spans)
+            if abandoned != self._abandoned:  # counted lost by abandon_in_flight
+                return result
         self._endpoint.answered(result is SpanExportResult.SUCCESS)
         if result is not SpanExportResult.SUCCESS:
             return self._lost(spans, why)
@@ -194,6 +204,13 @@ class CountingSpanExporter(SpanExporter):
         if self._drops is not None:
             self._drops.add(self._stream, "export_failed", len(spans), why)
         return SpanExportResult.FAILURE
+
+    def abandon_in_flight(self) -> int:
+        """Shutdown gave up waiting: the spans of exports still in flight, which count as lost
+        now (they are not counted again when the export ends)."""
+        with self._lock:
+            self._abandoned += 1
+            return self._in_flight
 
     def shutdown(self) -> None:
         self.inner.shutdown()
@@ -256,8 +273,12 @@ class _CountingBatchProcessor(BatchSpanProcessor):
 
     def shutdown(self, timeout_millis: int = 30_000) -> None:
         batch = self._batch_processor
+        if batch._shutdown:  # the provider's own shutdown, after Telemetry.shutdown's
+            return
         batch.shutdown(timeout_millis)
         left = len(batch._queue)  # the export thread takes no more after a timeout
+        if isinstance(batch._exporter, CountingSpanExporter):
+            left += batch._exporter.abandon_in_flight()
         if left:
             why = f"the export did not finish within the shutdown timeout ({timeout_millis} ms)"
             self._drops.add(self.stream, "shutdown_timeout", left, why)
@@ -365,6 +386,8 @@ class Telemetry:
     endpoints: Sequence[Endpoint] = ()
     """One per exporter: a signal or stream that fails pauses only its own exports (at
     shutdown, a target found down is given up by every exporter sending to it)."""
+    processors: Sequence[_CountingBatchProcessor] = ()
+    """The span processors of the exporters, shut down within ``shutdown``'s timeout."""
     _shut_down: bool = False
 
     def dropped(self) -> dict[str, int]:
@@ -372,7 +395,9 @@ class Telemetry:
         return self.drops.counts()
 
     def shutdown(self, timeout: float = 30.0) -> None:
-        """Convert pending profiles, flush and stop both providers, log what was dropped.
+        """Convert pending profiles, flush and stop both providers, log what was dropped, all
+        within ``timeout`` seconds (span processors you added to the provider get the SDK's
+        own 30 s each).
 
         Runs at interpreter exit too. An endpoint that is down is not tried again (what is
         still queued is counted as dropped).
@@ -386,10 +411,20 @@ class Telemetry:
         down = {endpoint.target for endpoint in self.endpoints if endpoint.down}
         for endpoint in self.endpoints:  # a metrics exporter not tried yet need not wait either
             endpoint.give_up(endpoint.target in down)
+        deadline = time.monotonic() + timeout
         flush_profiles(timeout)  # the run spans of profiled runs end in the profile worker
+        for processor in self.processors:  # the provider's shutdown gives each 30 s
+            processor.shutdown(_millis_left(deadline))
         self.tracer_provider.shutdown()
-        self.meter_provider.shutdown(timeout_millis=timeout * 1000)
+        try:
+            self.meter_provider.shutdown(timeout_millis=_millis_left(deadline))
+        except Exception as exc:  # the SDK raises when a reader's last export did not finish
+            _logger.warning("otel-ort: the last metrics were not exported at shutdown: %s", exc)
         self.drops.log()
+
+
+def _millis_left(deadline: float) -> int:
+    return max(0, int((deadline - time.monotonic()) * 1000))
 
 
 def configure(
@@ -439,15 +474,17 @@ def configure(
     endpoints: list[Endpoint] = []
     drops = DropCounter()
     tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    processors: list[_CountingBatchProcessor] = []
     for stream in ("requests", "profiles") if traces_export else ():
         inner = _otlp_exporter("traces", chosen, endpoint, header_dict, insecure)
         endpoints.append(Endpoint(target))
         exporter = CountingSpanExporter(cast(SpanExporter, inner), endpoints[-1], drops, stream)
-        tracer_provider.add_span_processor(
+        processors.append(
             RequestSpanProcessor(exporter, drops)
             if stream == "requests"
             else ProfileSpanProcessor(exporter, drops, profile_queue_size)
         )
+        tracer_provider.add_span_processor(processors[-1])
     readers = list(metric_readers)
     if metrics_export:  # last: its reader starts a thread
         metric_protocol = _protocol(protocol, "metrics")
@@ -459,7 +496,9 @@ def configure(
         resource=resource, metric_readers=readers, shutdown_on_exit=False
     )
     drops.measure_with(meter_provider)
-    telemetry = Telemetry(tracer_provider, meter_provider, drops, target, chosen, endpoints)
+    telemetry = Telemetry(
+        tracer_provider, meter_provider, drops, target, chosen, endpoints, processors
+    )
     atexit.register(telemetry.shutdown)
     if set_global:
         trace.set_tracer_provider(tracer_provider)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections import Counter
@@ -104,6 +105,23 @@ def test_a_metrics_endpoint_that_is_down_does_not_drop_spans(
         assert telemetry.dropped() == {}
         assert len(receiver.wait_for_spans(3)) == 3
         telemetry.shutdown()
+
+
+def test_shutdown_returns_within_its_timeout_from_a_collector_that_never_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "20")  # each export would wait 20 s
+    with socket.socket() as silent:  # takes connections (the kernel's backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        telemetry = configure(endpoint=endpoint, protocol="http/protobuf", set_global=False)
+        telemetry.tracer_provider.get_tracer("t").start_span("request").end()
+        started = time.monotonic()
+        telemetry.shutdown(timeout=1)
+        took = time.monotonic() - started
+    assert took < 10, f"shutdown(timeout=1) took {took:.1f} s"
+    assert telemetry.dropped() == {"requests.shutdown_timeout": 1}
 
 
 def test_a_bad_batch_size_variable_falls_back_to_the_sdk_default(
