@@ -18,7 +18,7 @@ from time import perf_counter, time_ns
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
-from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context
 from opentelemetry.instrumentation.utils import _SUPPRESS_INSTRUMENTATION_KEY_PLAIN
 from opentelemetry.metrics import NoOpHistogram, get_meter
 from opentelemetry.trace import NoOpTracer, Span, SpanKind, Status, StatusCode, get_tracer
@@ -87,9 +87,8 @@ RUN_METHODS: dict[str, tuple[FeedsOf, OutputsOf]] = {
 }
 
 
-def _suppressed() -> bool:
-    """``not is_instrumentation_enabled()`` with one context read instead of four calls."""
-    current = otel_context.get_current()
+def _suppressed(current: Context) -> bool:
+    """``not is_instrumentation_enabled()`` on the context read once per run."""
     return bool(
         current.get(_SUPPRESS_INSTRUMENTATION_KEY)
         or current.get(_SUPPRESS_INSTRUMENTATION_KEY_PLAIN)
@@ -123,7 +122,10 @@ class RunTelemetry:
         def run_wrapper(
             wrapped: Callable[..., Any], session: Any, args: Args, kwargs: Kwargs
         ) -> Any:
-            if self.inert or _suppressed():
+            if self.inert:
+                return wrapped(*args, **kwargs)
+            current = otel_context.get_current()
+            if _suppressed(current):
                 return wrapped(*args, **kwargs)
             try:
                 span, facts = self._start(session, method, feeds_of, args, kwargs)
@@ -133,7 +135,9 @@ class RunTelemetry:
             start = perf_counter()
             if self._profiler is not None:
                 try:
-                    profiled = _profile(self._profiler, span, session, method, args, kwargs)
+                    profiled = _profile(
+                        self._profiler, span, current, session, method, args, kwargs
+                    )
                 except BaseException as exc:  # KeyboardInterrupt, SystemExit during the run
                     self._finish(span, facts, session, perf_counter() - start, exc)
                     raise
@@ -166,7 +170,10 @@ class RunTelemetry:
         the caller's context. A call without a callable callback goes to ORT untouched, so
         ORT's own argument errors stay as they are."""
         callback = _CALLBACK(args, kwargs)
-        if self.inert or not callable(callback) or _suppressed():
+        if self.inert or not callable(callback):
+            return wrapped(*args, **kwargs)
+        caller_context = otel_context.get_current()
+        if _suppressed(caller_context):
             return wrapped(*args, **kwargs)
         try:
             span, facts = self._start(session, "run_async", _INPUT_FEED, args, kwargs)
@@ -174,8 +181,7 @@ class RunTelemetry:
             report_failure("could not start a run span")
             return wrapped(*args, **kwargs)
         if self._profiler is not None:  # never profiled: a selected run says why
-            _profile(self._profiler, span, session, "run_async", args, kwargs)
-        caller_context = otel_context.get_current()
+            _profile(self._profiler, span, caller_context, session, "run_async", args, kwargs)
         start = perf_counter()
 
         def on_done(results: Any, user_data: Any, err: str) -> Any:
@@ -200,7 +206,7 @@ class RunTelemetry:
         self, wrapped: Callable[..., Any], session: Any, args: Args, kwargs: Kwargs
     ) -> None:
         """``InferenceSession.__init__``: a span for loading the model; the session's facts."""
-        if self.inert or _suppressed():
+        if self.inert or _suppressed(otel_context.get_current()):
             wrapped(*args, **kwargs)
             return
         try:
@@ -329,12 +335,18 @@ class RunTelemetry:
 
 
 def _profile(
-    profiler: Profiler, span: Span, session: Any, method: str, args: Args, kwargs: Kwargs
+    profiler: Profiler,
+    span: Span,
+    current: Context,
+    session: Any,
+    method: str,
+    args: Args,
+    kwargs: Kwargs,
 ) -> Profiled | None:
-    """The run executed on the twin, profiled, if the profiler selects it and can; else
-    ``None``, and the caller runs ORT as usual."""
+    """The run executed on the twin, profiled, if the profiler selects it (in the caller's
+    ``current`` context) and can; else ``None``, and the caller runs ORT as usual."""
     try:
-        if not profiler.selects(span):
+        if not profiler.selects(span, current):
             return None
         outcome = profiler.attempt(session, method, args, kwargs)
         if isinstance(outcome, tuple):

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 from onnxruntime import RunOptions
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.baggage import _BAGGAGE_KEY
+from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider, get_meter
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.trace import Span, format_span_id, format_trace_id
@@ -73,7 +73,7 @@ from otel_ort.profiling.twin import (
     twin_config,
 )
 from otel_ort.profiling.worker import Worker
-from otel_ort.sampling import PROFILE_BAGGAGE_KEY, take_forced
+from otel_ort.sampling import PROFILE_BAGGAGE_KEY, Never, take_forced
 from otel_ort.session_facts import facts_for
 from otel_ort.spans import SpanBuilder
 from otel_ort.version import __version__
@@ -123,6 +123,7 @@ class Profiler:
         meter_provider: MeterProvider | None = None,
     ) -> None:
         self.sampler = options.sampler
+        self._sampled = type(self.sampler) is not Never  # Never: no call per run
         self.serve_mode = options.mode == "serve"
         """Twins run unprofiled runs too (see ``run_unprofiled``)."""
         self._options = options
@@ -163,14 +164,15 @@ class Profiler:
 
     # -- request thread -------------------------------------------------------------------
 
-    def selects(self, span: Span) -> bool:
-        """Whether this run is to be profiled: forced, or chosen by the sampler."""
+    def selects(self, span: Span, current: Context) -> bool:
+        """Whether this run is to be profiled: forced (in the caller's ``current`` context),
+        or chosen by the sampler."""
         if take_forced():
             return True
-        entries = otel_context.get_current().get(_BAGGAGE_KEY)  # 3x cheaper than get_baggage
+        entries = current.get(_BAGGAGE_KEY)  # 3x cheaper than get_baggage
         if isinstance(entries, dict) and entries.get(PROFILE_BAGGAGE_KEY) == "1":
             return True
-        return self.sampler.should_profile(span.get_span_context())
+        return self._sampled and self.sampler.should_profile(span.get_span_context())
 
     def attempt(self, session: Any, method: str, args: Any, kwargs: Any) -> Profiled | Skipped:
         """Run a selected run on the session's twin, profiled; or say why not."""
