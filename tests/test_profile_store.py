@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import multiprocessing
 import os
 import stat
 import threading
@@ -29,6 +30,25 @@ def test_a_missing_directory_is_created_0700(tmp_path: Path) -> None:
     assert prepare_dir(str(directory)) == str(directory)
     assert mode(directory) == 0o700
     assert mode(directory / ".pending") == 0o700
+
+
+def test_processes_creating_the_directory_at_once_all_get_it(tmp_path: Path) -> None:
+    """Pre-forked servers' workers call ``instrument()`` together."""
+    context = multiprocessing.get_context("fork")
+    for round_ in range(10):  # the window is microseconds wide: one round may miss it
+        start = context.Barrier(4)
+        directory = str(tmp_path / f"profiles-{round_}")
+
+        def create() -> None:
+            start.wait()  # noqa: B023 (each round's processes start and end in that round)
+            prepare_dir(directory)  # noqa: B023
+
+        workers = [context.Process(target=create) for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(30)
+        assert [worker.exitcode for worker in workers] == [0, 0, 0, 0], f"round {round_}"
 
 
 def test_a_file_in_the_way_is_named(tmp_path: Path) -> None:
@@ -183,6 +203,23 @@ def test_retention_counts_only_the_files_it_deleted(tmp_path: Path) -> None:
     os.unlink(first.path)
     store.publish(b"[]", second.path)
     assert store.retain(second.path) == 0 and store.deleted == 0
+
+
+def test_retention_goes_on_past_a_file_it_cannot_delete(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = ProfileStore(str(tmp_path / "p"), max_files=1, max_bytes=10**9)
+    runs = [store.new_run() for _ in range(3)]
+    store.publish(b"[]", runs[0].path)
+    store.retain(runs[0].path)
+    os.unlink(runs[0].path)
+    os.mkdir(runs[0].path)  # in the way: unlink fails with EISDIR
+    store.publish(b"[]", runs[1].path)
+    assert store.retain(runs[1].path) == 0
+    store.publish(b"[]", runs[2].path)
+    assert store.retain(runs[2].path) == 1 and store.deleted == 1
+    assert not os.path.exists(runs[1].path)
+    assert f"cannot delete {runs[0].path} (Is a directory)" in caplog.text
 
 
 def test_enriched_json_names_threads_and_carries_the_trace(tmp_path: Path) -> None:

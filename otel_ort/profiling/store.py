@@ -54,18 +54,18 @@ def default_profile_dir() -> str:
 def prepare_dir(directory: str) -> str:
     """Create ``directory`` (0700) or check an existing one; return its absolute path."""
     path = os.path.abspath(os.path.expanduser(directory))
-    if not os.path.lexists(path):
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # also when another process just made it
             os.mkdir(path, 0o700)
-        except OSError as exc:
-            where = next(
-                (f": {str(p)!r} is a file" for p in pathlib.Path(path).parents if p.is_file()), ""
-            )
-            raise ProfileDirError(
-                f"profile_dir {path!r} cannot be created ({exc.strerror}{where}); "
-                "choose a directory you can write"
-            ) from None
+    except OSError as exc:
+        where = next(
+            (f": {str(p)!r} is a file" for p in pathlib.Path(path).parents if p.is_file()), ""
+        )
+        raise ProfileDirError(
+            f"profile_dir {path!r} cannot be created ({exc.strerror}{where}); "
+            "choose a directory you can write"
+        ) from None
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
         raise ProfileDirError(
@@ -259,9 +259,12 @@ def remove_files(paths: list[str]) -> None:
 
 
 def _remove(path: str) -> bool:
-    """Delete ``path``; ``False`` if it was already gone."""
+    """Delete ``path``; ``False`` if it was already gone or cannot be deleted (logged)."""
     try:
         os.unlink(path)
     except FileNotFoundError:
+        return False
+    except OSError as exc:  # one file in the way must not stop the others' deletion
+        _logger.warning("otel-ort: cannot delete %s (%s); delete it by hand", path, exc.strerror)
         return False
     return True
