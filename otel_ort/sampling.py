@@ -11,6 +11,7 @@ a run is profiled when forced, by :func:`profile_next_run` or by the baggage ent
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import random
 import re
@@ -60,10 +61,9 @@ class Ratio(ProfileSampler):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"Ratio(p): p must be between 0 and 1, got {p!r}")
         self.p = p
-        self._random = random.random
 
     def should_profile(self, span_context: SpanContext) -> bool:
-        return self._random() < self.p
+        return _draw() < self.p
 
     def __repr__(self) -> str:
         return f"Ratio({self.p})"
@@ -74,8 +74,10 @@ class RateLimited(ProfileSampler):
     bucket, full at the start)."""
 
     def __init__(self, per_second: float, burst: int = 1) -> None:
-        if per_second <= 0:
-            raise ValueError(f"RateLimited(per_second): must be > 0, got {per_second!r}")
+        if not (math.isfinite(per_second) and per_second > 0):
+            raise ValueError(
+                f"RateLimited(per_second): must be a finite number > 0, got {per_second!r}"
+            )
         if burst < 1:
             raise ValueError(f"RateLimited(burst=...): must be >= 1, got {burst!r}")
         self.per_second = per_second
@@ -83,8 +85,7 @@ class RateLimited(ProfileSampler):
         self._tokens = float(burst)
         self._last = time.monotonic()
         self._lock = threading.Lock()
-        reference = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: _fresh_lock(reference))
+        _RATE_LIMITED.add(self)
 
     def should_profile(self, span_context: SpanContext) -> bool:
         with self._lock:
@@ -100,11 +101,21 @@ class RateLimited(ProfileSampler):
         return f"RateLimited({self.per_second}, burst={self.burst})"
 
 
-def _fresh_lock(reference: weakref.ref[RateLimited]) -> None:
-    """In a forked child: a lock a parent's thread held at the fork would stay held."""
-    sampler = reference()
-    if sampler is not None:
+_RATE_LIMITED: weakref.WeakSet[RateLimited] = weakref.WeakSet()
+_RANDOM = random.Random()
+"""Ratio's own generator: drawing from ``random``'s would shift the user's seeded stream."""
+_draw = _RANDOM.random
+
+
+def _after_fork_in_child() -> None:
+    """A lock a parent's thread held at the fork would stay held; and each child draws its
+    own runs to profile."""
+    for sampler in list(_RATE_LIMITED):
         sampler._lock = threading.Lock()
+    _RANDOM.seed()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class EveryNth(ProfileSampler):
@@ -181,7 +192,7 @@ _SPELLINGS = (
     "always, never, ratio:<p> (e.g. ratio:0.01), rate:<n>/s (e.g. rate:2/s), "
     "every:<n> (e.g. every:100), each optionally as parentbased_<spelling>"
 )
-_RATE = re.compile(r"^rate:(?P<n>[0-9.]+)/s$")
+_RATE = re.compile(r"^rate:(?P<n>[^/]+)/s$")
 
 
 def parse_sampler(text: str) -> ProfileSampler:
@@ -189,7 +200,9 @@ def parse_sampler(text: str) -> ProfileSampler:
     valid spellings otherwise."""
     spelling = text.strip().lower()
     if spelling.startswith("parentbased_"):
-        return ParentBased(parse_sampler(spelling.removeprefix("parentbased_")))
+        inner = spelling.removeprefix("parentbased_")
+        if not inner.startswith("parentbased_"):
+            return ParentBased(parse_sampler(inner))
     try:
         if spelling == "always":
             return Always()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
+import random
+import time
 from pathlib import Path
 
 import pytest
@@ -53,6 +56,25 @@ def test_every_nth_is_exact_and_can_skip_warm_up_runs() -> None:
     ]  # fmt: skip
 
 
+def test_ratio_leaves_the_random_module_alone_and_forked_children_draw_apart() -> None:
+    """A user's seeded ``random`` stream (data shuffling, augmentation) must not shift."""
+    random.seed(7)
+    expected = [random.random() for _ in range(3)]
+    random.seed(7)
+    decisions(Ratio(0.5), 100)
+    assert [random.random() for _ in range(3)] == expected
+    context = multiprocessing.get_context("fork")
+    with context.Pool(2) as pool:  # two children forked from one parent state
+        first, second = pool.map(_draws, [64, 64], chunksize=1)
+    assert first != second
+
+
+def _draws(runs: int) -> list[bool]:
+    time.sleep(0.2)  # both pool processes take one task each
+    sampler = Ratio(0.5)
+    return [sampler.should_profile(SAMPLED) for _ in range(runs)]
+
+
 def test_rate_limited_allows_the_burst_then_the_rate() -> None:
     sampler = RateLimited(per_second=1000.0, burst=3)
     assert decisions(sampler, 3) == 3
@@ -74,6 +96,7 @@ def test_parent_based_profiles_only_sampled_traces() -> None:
         ("never", "Never()"),
         ("ratio:0.01", "Ratio(0.01)"),
         ("rate:2/s", "RateLimited(2.0, burst=1)"),
+        ("rate: 1e-3/s", "RateLimited(0.001, burst=1)"),
         ("every:100", "EveryNth(100, skip_first=0)"),
         (" Parentbased_ratio:0.5 ", "ParentBased(Ratio(0.5))"),
     ],
@@ -89,7 +112,9 @@ def test_text_forms(text: str, expected: str) -> None:
         ("ratio:2", "p must be between 0 and 1"),
         ("ratio:x", "could not convert string to float"),
         ("every:0", "n must be >= 1"),
-        ("rate:0/s", "must be > 0"),
+        ("rate:0/s", "must be a finite number > 0"),
+        ("rate:nan/s", "must be a finite number > 0, got nan"),
+        ("parentbased_parentbased_always", "unknown profile sampler"),
     ],
 )
 def test_bad_text_forms_say_what_is_valid(text: str, message: str) -> None:
