@@ -120,8 +120,8 @@ def _send(
     ids = run_ids(profile.events, profile.runs, other_data(profile.path))
     for run, (trace_id, span_id) in zip(profile.runs, ids, strict=True):
         counts = [
-            {semconv.PERF_PREFIX + alias: value for alias, value in values.items()}
-            for values in (found.of(node.ts, node.end) or {} for node in run.nodes)
+            {semconv.PERF_PREFIX + alias: value for alias, value in (values or {}).items()}
+            for values in found.for_nodes(run.nodes)
         ]
         link = _traced_run(trace_id, span_id)
         linked += link is not None

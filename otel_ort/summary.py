@@ -108,8 +108,7 @@ def _perf_counts(profiles: Sequence[Profile]) -> tuple[list[str], Counts]:
         found = counters(profile.events)
         aliases += [alias for alias in found.aliases if alias not in aliases]
         for run in profile.runs:
-            for node in run.nodes:
-                values = found.of(node.ts, node.end)
+            for node, values in zip(run.nodes, found.for_nodes(run.nodes), strict=True):
                 if values:
                     counts[id(node)] = {alias: float(value) for alias, value in values.items()}
     return aliases, counts

@@ -96,8 +96,9 @@ def test_default_run_prints_tables_and_keeps_one_file_per_run(
         assert len(profile.runs) == 1 and len(profile.runs[0].nodes) == 2
         tracks = counters(profile.events)
         assert "task-clock" in tracks.aliases
-        for node in profile.runs[0].nodes:  # CPU time on every CPU, ORT's pool spinning too
-            cpu_ns = (tracks.of(node.ts, node.end) or {})["task-clock"]
+        nodes = profile.runs[0].nodes
+        for node, values in zip(nodes, tracks.for_nodes(nodes), strict=True):
+            cpu_ns = (values or {})["task-clock"]  # on every CPU, ORT's pool spinning too
             assert 0 < cpu_ns <= (os.cpu_count() or 1) * (node.dur * 1000 + 50_000)
 
 

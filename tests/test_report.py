@@ -289,6 +289,30 @@ def test_perf_counts_land_on_their_nodes(tmp_path: Path) -> None:
     assert embedded(build_report(timed).html)["perfNs"] == [True, False]  # task-clock: ns
 
 
+def test_perf_counts_of_nodes_sharing_a_start_or_a_microsecond_stay_their_own(
+    tmp_path: Path,
+) -> None:
+    events = [
+        model_run(0, 100),
+        node_event("shape", "Shape", 10, 0, tid=7),  # ORT's whole µs: two 0 µs nodes at 10
+        node_event("reshape", "Reshape", 10, 0, tid=7),
+        node_event("a", "MatMul", 20, 10, tid=7),
+        node_event("b", "MatMul", 29, 10, tid=7),  # starts 1 µs before a ends
+    ]
+    counts = [{"task-clock": value} for value in (1000.0, 5000.0, 7000.0, 9000.0)]
+    path = kept_file(tmp_path / "perf.json", events, {7: "MainThread (run)"}, counts)
+    assert embedded(build_report(path).html)["runs"][0]["c"] == [[1000], [5000], [7000], [9000]]
+    document = json.loads(path.read_text())
+    samples = sorted(  # as a viewer orders a counter track: by time, ties in file order
+        [(e["ts"], e["args"]["task-clock"]) for e in document["traceEvents"] if e["ph"] == "C"],
+        key=lambda sample: sample[0],
+    )
+    at_30 = [value for ts, value in samples if ts <= 30][-1]
+    assert at_30 == 9000  # b's count while b runs, not a's 0 from a microsecond later
+    names = [e for e in document["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"]
+    assert [(e["tid"], e["args"]["name"]) for e in names] == [(7, "MainThread (run)")]
+
+
 def test_perf_asked_for_on_a_file_without_counters_is_a_note(session_file: Path) -> None:
     assert build_report(session_file).notes == []  # default: counters when present, no fuss
     report = build_report(session_file, perf=True)

@@ -5,27 +5,34 @@ the summary tables and the HTML report."""
 from __future__ import annotations
 
 import math
+from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from otel_ort import semconv
 from otel_ort.perf.counting import RunCounts
+from otel_ort.profiling.model import NodeRecord
 
 
 def counter_events(
     counts: RunCounts, windows_us: Sequence[tuple[float, float]], pid: int
 ) -> list[dict[str, Any]]:
     """Chrome counter tracks (``"ph": "C"``), one per alias: the node's count from its start
-    to its end, 0 between nodes."""
+    to its end, 0 between nodes. ``windows_us`` are in order of start; a node's 0 comes no
+    later than the next node's start (ORT's whole-µs times may overlap by 1 µs), so that a
+    viewer, which sorts the samples by time, never ends the next node's count early."""
     events: list[dict[str, Any]] = []
-    for values, (start, end) in zip(counts.attribution.nodes, windows_us, strict=True):
+    starts = [start for start, _ in windows_us[1:]] + [math.inf]
+    for values, (start, end), next_start in zip(
+        counts.attribution.nodes, windows_us, starts, strict=True
+    ):
         for alias, value in values.items():
             if math.isnan(value):
                 continue
             name = semconv.PERF_PREFIX + alias
             events.append(_counter(name, start, pid, alias, round(value)))
-            events.append(_counter(name, end, pid, alias, 0))
+            events.append(_counter(name, min(end, next_start), pid, alias, 0))
     return events
 
 
@@ -43,19 +50,35 @@ def _counter(name: str, ts: float, pid: int, alias: str, value: int) -> dict[str
 
 @dataclass
 class Counters:
-    """perf counts per node window: ``values[(start, end)][alias]``."""
+    """The perf counts a kept profile holds: per alias, (node start, count) in file order."""
 
     aliases: list[str] = field(default_factory=list)
     """In the order the file first names them."""
-    values: dict[tuple[float, float], dict[str, int | float]] = field(default_factory=dict)
+    starts: dict[str, list[tuple[float, int | float]]] = field(default_factory=dict)
 
-    def of(self, start: float, end: float) -> dict[str, int | float] | None:
-        return self.values.get((start, end))
+    def for_nodes(self, nodes: Sequence[NodeRecord]) -> list[dict[str, int | float] | None]:
+        """Each node's counts (``None``: none written), found by the node's start; nodes
+        starting at the same µs take theirs in file order, which is the nodes' order."""
+        queues: dict[str, dict[float, deque[int | float]]] = {}
+        for alias, samples in self.starts.items():
+            by_start = queues[alias] = defaultdict(deque)
+            for start, value in samples:
+                by_start[start].append(value)
+        found: list[dict[str, int | float] | None] = []
+        for node in nodes:
+            values = {
+                alias: by_start[node.ts].popleft()
+                for alias, by_start in queues.items()
+                if by_start.get(node.ts)
+            }
+            found.append(values or None)
+        return found
 
 
 def counters(events: Sequence[Any]) -> Counters:
     """The perf counter tracks otel-ort wrote: per alias, samples in file order pair up as
-    (node start, count) then (node end, 0)."""
+    (node start, count) then (node end, 0). Values that are not finite numbers (a file
+    edited elsewhere) are left out."""
     tracks: dict[str, list[tuple[float, int | float]]] = {}
     for event in events:
         if not (isinstance(event, dict) and event.get("ph") == "C"):
@@ -69,6 +92,6 @@ def counters(events: Sequence[Any]) -> Counters:
             tracks.setdefault(alias, []).append((ts, value))  # type: ignore[arg-type]
     result = Counters(aliases=list(tracks))
     for alias, samples in tracks.items():
-        for (start, value), (end, _) in zip(samples[::2], samples[1::2], strict=False):
-            result.values.setdefault((start, end), {})[alias] = value
+        pairs = [pair for pair in samples[::2] if math.isfinite(pair[1])]
+        result.starts[alias] = pairs
     return result

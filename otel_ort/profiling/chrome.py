@@ -40,7 +40,8 @@ def enrich(
         pid, tid = event.get("pid"), event.get("tid")
         if isinstance(pid, int) and isinstance(tid, int):
             pids.add(pid)
-            tids.add((pid, tid))
+            if event.get("ph") != "C":  # a counter track is the process's, not a thread's
+                tids.add((pid, tid))
         if event.get("name") == "model_run" and isinstance(event.get("args"), dict):
             event["args"].update(
                 {key: other_data[key] for key in ("trace_id", "span_id") if key in other_data}

@@ -223,6 +223,7 @@ def _run(
     nodes: list[list[Any]] = []
     perf_values: list[list[int | float | None] | None] = []
     kernels: list[list[Any]] = []
+    node_counts = counts.for_nodes(run.nodes)
     for position, node in enumerate(run.nodes):
         op = strings(node.op_type)
         nodes.append(
@@ -238,7 +239,7 @@ def _run(
             ]
         )
         if counts.aliases:
-            values = counts.of(node.ts, node.end)
+            values = node_counts[position]
             perf_values.append(
                 None if values is None else [values.get(alias) for alias in counts.aliases]
             )
