@@ -10,6 +10,7 @@ import ctypes
 import json
 import logging
 import math
+import mmap
 import multiprocessing
 import os
 import shutil
@@ -284,6 +285,34 @@ def test_a_group_is_not_closed_at_interpreter_exit_before_shutdown() -> None:
         assert finalizers and not any(f.atexit for f in finalizers)
     finally:
         group.close()
+
+
+def test_a_forked_child_closing_the_parents_groups_leaves_its_own_memory_alone() -> None:
+    """The kernel does not copy perf rings into a child: memory the child maps may take their
+    addresses, and closing the parent's groups there must not unmap it."""
+    groups = [
+        ThreadGroup(threading.get_native_id(), "task-clock", parse_events(["page-faults"]).events,
+                    period_ns=0, exclude_kernel=True, pages=16)
+        for _ in range(8)
+    ]  # fmt: skip
+    pid = os.fork()
+    if pid == 0:  # the child: exits with a code, never returns into pytest
+        code = 1
+        try:
+            own = [mmap.mmap(-1, 64 * 1024) for _ in range(256)]
+            for each in own:
+                each[:8] = b"mine!!!!"
+            for group in groups:
+                group.close()
+            code = 0 if all(each[:8] == b"mine!!!!" for each in own) else 2
+        finally:
+            os._exit(code)
+    try:
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0  # -11: SIGSEGV
+    finally:
+        for group in groups:
+            group.close()
 
 
 def test_a_pool_that_serves_unprofiled_runs_counts_only_profiled_ones(

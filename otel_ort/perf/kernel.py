@@ -21,6 +21,8 @@ ffi.cdef(
     """
     long syscall(long number, ...);
     int ioctl(int fd, unsigned long request, ...);
+    void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset);
+    int munmap(void *addr, size_t length);
     """
 )
 _libc = ffi.dlopen(None)
@@ -164,16 +166,24 @@ def unpack_group(data: bytes, offset: int) -> tuple[int, int, dict[int, int]]:
 
 
 class Ring:
-    """A perf ring buffer: ``1 + pages`` pages mapped from a leader's fd."""
+    """A perf ring buffer: ``1 + pages`` pages mapped from a leader's fd.
+
+    Mapped with libc's ``mmap``, not Python's: the kernel does not copy a perf mapping into a
+    forked child, so there its address range may hold the child's own memory by the time the
+    ring is closed, and Python's ``mmap`` would unmap that (a crash). Only the process that
+    mapped a ring unmaps it."""
 
     def __init__(self, fd: int, pages: int) -> None:
         self._page = mmap.PAGESIZE
-        try:
-            self._map = mmap.mmap(
-                fd, (1 + pages) * self._page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
-            )
-        except OSError as exc:
-            raise RingError(exc.errno, exc.strerror) from exc
+        self._length = (1 + pages) * self._page
+        prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED
+        address = _libc.mmap(ffi.NULL, self._length, prot, flags, fd, 0)
+        if address == ffi.cast("void *", -1):  # MAP_FAILED
+            code = ffi.errno
+            raise RingError(code, os.strerror(code))
+        self._address = address
+        self._pid = os.getpid()
+        self._map = ffi.buffer(address, self._length)
         self.size = pages * self._page
         self.filled = False
         """The last ``take`` found the ring (nearly) full: records after that were dropped."""
@@ -181,10 +191,12 @@ class Ring:
     def take(self) -> bytes:
         """The records written since the last call, and free them (the only reader: the kernel
         publishes a record's place only once it is whole, and never overwrites unread ones)."""
+        self._check_open()
         head, tail = struct.unpack_from("QQ", self._map, _DATA_HEAD)
         self.filled = head - tail > self.size - _MAX_RECORD
         offset = struct.unpack_from("Q", self._map, _DATA_OFFSET)[0] or self._page
         start, end = offset + tail % self.size, offset + head % self.size
+        data: bytes
         if head - tail >= self.size:  # the kernel does not overwrite: a full ring wraps exactly
             data = self._map[start : offset + self.size] + self._map[offset:start]
         elif end >= start:
@@ -196,9 +208,18 @@ class Ring:
 
     def discard(self) -> None:
         """Free the records written so far, unread."""
+        self._check_open()
         head = struct.unpack_from("Q", self._map, _DATA_HEAD)[0]
         struct.pack_into("Q", self._map, _DATA_TAIL, head)
         self.filled = False
 
     def close(self) -> None:
-        self._map.close()
+        if self._address is None:
+            return
+        if os.getpid() == self._pid:
+            _libc.munmap(self._address, self._length)
+        self._address = self._map = None
+
+    def _check_open(self) -> None:
+        if self._address is None:
+            raise ValueError("the perf ring buffer is closed")
