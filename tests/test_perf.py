@@ -40,6 +40,7 @@ from otel_ort.perf.group import ThreadGroup
 from otel_ort.perf.probe import event_problem
 from otel_ort.perf.records import GroupSample, ThreadRecords, parse
 from otel_ort.profiling.reader import read_profile
+from tests import capi_models
 from tests.conftest import Telemetry, attrs, instrumentation
 from tests.perf_models import add_chain, branches, matmul_chain
 
@@ -496,6 +497,33 @@ def test_multiplexed_and_never_running_counters_are_scaled_or_absent(epoch: int)
     assert result.scaling["cyc"] == (3_000, 1_000)
 
 
+@pytest.mark.parametrize("epoch", EPOCHS)
+def test_nested_windows_each_count_their_own_and_between_counts_the_outermost(
+    epoch: int,
+) -> None:
+    """A control-flow node's window holds its subgraph's nodes (a child's end may be 1 µs
+    past its parent's: ORT's whole µs); a thread whose switch records filled up has no exact
+    context-switch total."""
+    leader = 1
+    reads = (Read(0, 0, {leader: 0}), Read(10_000, 10_000, {leader: 9_000}))
+    switches = [(2_500, True), (3_000, False), (6_500, True), (7_000, False)]
+    records = ThreadRecords(switches=[(epoch + at, out) for at, out in switches])
+    counted = Counted({"t": "time", "cs": "switches"}, "t")
+    windows = [(0, 1_000), (1_000, 9_000), (2_000, 4_000), (4_000, 9_500)]  # 2nd holds 3rd, 4th
+    windows = [(epoch + a, epoch + b) for a, b in windows]
+
+    def run(**more: Any) -> ThreadRun:
+        ids = {"t": leader, "cs": leader}
+        return ThreadRun(7, (epoch, epoch + 10_000), *reads, None, None, records, ids, **more)
+
+    result = attribute([run()], windows, counted)
+    assert [node["t"] for node in result.nodes] == [1_000, 7_000, 1_500, 5_000]
+    assert [node["cs"] for node in result.nodes] == [0, 2, 1, 1]
+    assert result.between == {"t": 1_000, "cs": 0}  # 9_000 to 10_000
+    full = attribute([run(incomplete=frozenset({"switches"}))], windows, counted)
+    assert math.isnan(full.totals["cs"]) and full.totals["t"] == 9_000
+
+
 def test_instrumented_runs_carry_counts_and_missing_events_are_warned(
     telemetry: Telemetry, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -616,6 +644,33 @@ def test_parallel_execution_counts_per_run_only(telemetry: Telemetry, tmp_path: 
     concurrent = any("ran concurrently" in line for line in attrs(run).get("perf.unavailable", ()))
     counted = ["perf.task-clock" in attrs(node) for node in nodes]
     assert not any(counted) if concurrent else all(counted)
+
+
+def test_control_flow_nodes_hold_their_subgraphs_nodes_and_all_get_counts(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """A Loop's body nodes run inside the Loop node's window, on the same thread: nesting,
+    not concurrency; each node counts its own window."""
+    with instrumentation(**telemetry.providers, profile_dir=str(tmp_path)):
+        session = ort.InferenceSession(capi_models.loop(), providers=CPU)
+        feeds = {
+            "trips": np.array(40, np.int64),
+            "start": np.zeros(3, np.float32),
+            "x": np.ones(3, np.float32),
+        }
+        for _ in range(2):  # the first builds the twin
+            with profile_next_run():
+                session.run(None, feeds)
+            assert flush_profiles(timeout=60)
+    (run,) = [s for s in telemetry.spans(semconv.SPAN_RUN) if attrs(s).get("perf.threads")]
+    assert not any("concurrently" in line for line in attrs(run).get("perf.unavailable", ()))
+    nodes = [s for s in telemetry.spans() if semconv.NODE_OP_TYPE in attrs(s)]
+    (loop,) = [node for node in nodes if attrs(node)[semconv.NODE_OP_TYPE] == "Loop"]
+    body = [node for node in nodes if node is not loop]
+    assert len(body) >= 40  # the body's nodes, once per trip
+    assert all(loop.start_time <= n.start_time <= n.end_time <= loop.end_time for n in body)  # type: ignore[operator]
+    assert all("perf.task-clock" in attrs(node) for node in nodes)
+    assert attrs(loop)["perf.task-clock"] >= max(attrs(n)["perf.task-clock"] for n in body)
 
 
 @pytest.mark.skipif(

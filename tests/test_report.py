@@ -313,6 +313,15 @@ def test_perf_counts_of_nodes_sharing_a_start_or_a_microsecond_stay_their_own(
     assert [(e["tid"], e["args"]["name"]) for e in names] == [(7, "MainThread (run)")]
 
 
+def test_a_run_counted_per_run_only_has_no_counter_tracks() -> None:
+    """Nodes that ran concurrently (the parallel executor) get no per-node counts."""
+    totals_only = RunCounts(
+        attribution=Attribution(nodes=[], threads=[]), period_ns=0, threads=2, throttled=0,
+        problems=(),
+    )  # fmt: skip
+    assert counter_events(totals_only, [], pid=7) == []
+
+
 def test_perf_asked_for_on_a_file_without_counters_is_a_note(session_file: Path) -> None:
     assert build_report(session_file).notes == []  # default: counters when present, no fuss
     report = build_report(session_file, perf=True)

@@ -12,7 +12,9 @@ then, for a node's window ``[a, b)`` (from ORT's profile, on the same CLOCK_REAL
   each step is scaled by its Δenabled/Δrunning, and a step that never ran is unknown (NaN).
 
 Node values sum over the run's threads. Run totals are the exact reads at start and end
-(scaled for dense events); ``between`` is what fell outside every node window.
+(scaled for dense events); ``between`` is what fell outside every node window. Windows may
+nest (a control-flow node holds its subgraph's nodes): each node's value is its whole
+window's, and ``between`` counts only the outermost windows.
 """
 
 from __future__ import annotations
@@ -85,14 +87,16 @@ class Attribution:
 def attribute(
     runs: Sequence[ThreadRun], windows: Sequence[tuple[int, int]], counted: Counted
 ) -> Attribution:
-    """Per-node values for ``windows`` (ns ``(start, end)``; not overlapping) from ``runs``."""
+    """Per-node values for ``windows`` (ns ``(start, end)``, in order of start; nested or
+    apart, not overlapping) from ``runs``."""
     origin = windows[0][0] if windows else 0
     starts = _since(origin, [w[0] for w in windows])
     ends = _since(origin, [w[1] for w in windows])
+    outermost = _outermost(starts, ends)
     result = Attribution([{} for _ in windows], [{} for _ in windows])
     for run in runs:
         on_cpu = _OnCpu(run, run.ids[counted.time_alias], origin)
-        per_node = _thread_values(run, on_cpu, starts, ends, counted, result)
+        per_node = _thread_values(run, on_cpu, starts, ends, outermost, counted, result)
         node_time = per_node[counted.time_alias]
         for index in np.flatnonzero(node_time > 0).tolist():
             result.threads[index][run.tid] = {a: float(v[index]) for a, v in per_node.items()}
@@ -107,6 +111,7 @@ def _thread_values(
     on_cpu: _OnCpu,
     starts: Array,
     ends: Array,
+    outermost: npt.NDArray[np.bool_],
     counted: Counted,
     result: Attribution,
 ) -> dict[str, Array]:
@@ -122,6 +127,8 @@ def _thread_values(
             times = on_cpu.since([t for t, out_ in run.records.switches if out_])
             out[alias] = _counts_in(times, starts, ends, on_cpu.window)
             recorded[alias] = total = float(len(_inside(times, on_cpu.window)))
+            if "switches" in run.incomplete:  # records dropped: the count is short
+                total = math.nan
         elif kind == "sparse":
             event = run.ids[alias]
             times = on_cpu.since(run.records.events.get(event, ()))
@@ -143,8 +150,22 @@ def _thread_values(
         if needs & run.incomplete:  # its records are not all there: unknown per node
             out[alias] = np.full_like(starts, math.nan)
         _add(result.totals, alias, total)
-        _add(result.between, alias, recorded[alias] - float(out[alias].sum()))
+        _add(result.between, alias, recorded[alias] - float(out[alias][outermost].sum()))
     return out
+
+
+def _outermost(starts: Array, ends: Array) -> npt.NDArray[np.bool_]:
+    """Which windows no other window holds (of two starting together, the longer holds;
+    ORT's whole µs may put a held window's end 1 µs past its holder's)."""
+    order = np.lexsort((-ends, starts))
+    ordered_starts, ordered_ends = starts[order], ends[order]
+    held = np.zeros(len(order), dtype=bool)
+    if len(order):
+        reach = np.maximum.accumulate(ordered_ends)[:-1]  # of the windows starting before
+        held[order[1:]] = (ordered_starts[1:] < reach) & (
+            ordered_ends[1:] <= reach + _ORT_ROUNDING_NS / 2
+        )
+    return ~held
 
 
 _ORT_ROUNDING_NS = 2_000

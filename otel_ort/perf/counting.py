@@ -289,10 +289,15 @@ class PerfCounters:
                 parse(taken.data, thread.dense_id, records)
                 if taken.filled:
                     incomplete.add(taken.holds)
+                    exact = (  # context switches are counted from their records
+                        "the run's totals are exact, but for context-switches"
+                        if taken.holds == "switches"
+                        else "the run's totals are exact"
+                    )
                     problems.append(
                         f"thread {thread.tid}: the ring buffer of its {taken.holds} records "
                         "filled up and later ones were dropped: what depends on them is not "
-                        "given per node (the run's totals are exact)"
+                        f"given per node ({exact})"
                     )
             throttled += records.throttled
             (before, dense_before), (after, dense_after) = thread.before, thread.after

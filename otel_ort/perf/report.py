@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,7 +33,8 @@ def count_profile(perf: PerfCounters, profile: Profile, raw: RawRun) -> ProfileC
     events and move its start to where the counts place the run (``RunCounts.late_ns``)."""
     windows_us = [(node.ts, node.end) for node in profile.runs[0].nodes]
     problems: list[str] = []
-    if _overlapping(windows_us):  # the parallel executor: counts per run only
+    if _overlapping(windows_us):  # the parallel executor: counts per run only (nesting, as
+        # a control-flow node's subgraph nodes inside it, is not overlap)
         windows_us = []
         problems.append("nodes ran concurrently (parallel execution): counts per run only")
     base = profile.start_ns
@@ -49,8 +49,16 @@ def count_profile(perf: PerfCounters, profile: Profile, raw: RawRun) -> ProfileC
 
 
 def _overlapping(windows: list[tuple[float, float]]) -> bool:
-    ordered = sorted(windows)
-    return any(start < end - 1 for (_, end), (start, _) in itertools.pairwise(ordered))
+    """Whether two windows overlap without one holding the other (ORT's whole µs: edges may
+    cross by 1 µs)."""
+    open_ends: list[float] = []  # the ends of the windows holding the current one
+    for start, end in sorted(windows, key=lambda window: (window[0], -window[1])):
+        while open_ends and open_ends[-1] <= start + 1:
+            open_ends.pop()
+        if open_ends and end > open_ends[-1] + 1:
+            return True
+        open_ends.append(end)
+    return False
 
 
 def node_attributes(counts: RunCounts) -> list[dict[str, AttributeValue]]:

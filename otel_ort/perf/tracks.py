@@ -23,7 +23,7 @@ def counter_events(
     later than the next node's start (ORT's whole-µs times may overlap by 1 µs), so that a
     viewer, which sorts the samples by time, never ends the next node's count early."""
     events: list[dict[str, Any]] = []
-    starts = [start for start, _ in windows_us[1:]] + [math.inf]
+    starts = [start for start, _ in windows_us[1:]] + [math.inf] if windows_us else []
     for values, (start, end), next_start in zip(
         counts.attribution.nodes, windows_us, starts, strict=True
     ):
