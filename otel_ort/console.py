@@ -9,6 +9,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from otel_ort import semconv
+from otel_ort.tables import printable
 
 # Attributes worth a glance in a terminal, with their short labels, in display order;
 # a run's model and providers are on its session's span already.
@@ -72,7 +73,7 @@ def _render(
 
 def _line(span: ReadableSpan, prefix: str) -> str:
     duration_ms = ((span.end_time or 0) - (span.start_time or 0)) / 1e6
-    label = f"{prefix}{span.name}"
+    label = f"{prefix}{printable(span.name)}"
     details = []
     for key, short in _SHOWN_BY_NAME.get(span.name, _SHOWN).items():
         value = (span.attributes or {}).get(key)
@@ -83,7 +84,7 @@ def _line(span: ReadableSpan, prefix: str) -> str:
                 text = str(value).lower() if isinstance(value, bool) else str(value)
             if len(text) > _MAX_VALUE:
                 text = text[: _MAX_VALUE - 1] + "…"
-            details.append(f"{short}={text}")
+            details.append(f"{short}={printable(text)}")
     if semconv.NODE_OP_TYPE in (span.attributes or {}):
         details.extend(_perf_details(span.attributes or {}))
     if span.status.status_code is StatusCode.ERROR:

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: control characters (an escape sequence in a node name
+    would act on the terminal) and lone surrogates (which cannot be encoded) as escapes,
+    ``\\x1b``, ``\\ud800``."""
+    return _UNPRINTABLE.sub(lambda found: found[0].encode("unicode_escape").decode(), text)
 
 
 def format_table(rows: Sequence[Sequence[str]]) -> str:
-    """A Markdown table; the first row is the header, numeric-looking columns right-aligned."""
+    """A Markdown table; the first row is the header, numeric-looking columns right-aligned.
+    Cells are made :func:`printable`, and their ``|`` escaped."""
+    rows = [[printable(cell).replace("|", "\\|") for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     numeric = [all(_is_number(row[i]) for row in rows[1:]) for i in range(len(widths))]
 

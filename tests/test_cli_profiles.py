@@ -117,6 +117,22 @@ def test_convert_says_what_max_node_spans_left_out(
     assert "1 kernels of those nodes not emitted" in out
 
 
+def test_names_from_the_model_cannot_drive_the_terminal_or_break_a_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    evil = "evil\x1b]52;c;Y2xpcA==\x07\x1b[2J|x\ud800"  # clipboard, clear screen, a column
+    path = write(tmp_path / "evil.json", [model_run(0, 100), node_event(evil, "Relu", 10, 50)])
+    assert main(["summary", str(path)]) == 0
+    assert main(["convert", str(path), "--console", "--output", str(tmp_path / "o.jsonl")]) == 0
+    report = tmp_path / "evil.html"
+    assert main(["report", str(path), "-o", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "evil\\x1b]52;c;Y2xpcA==\\x07\\x1b[2J\\|x\ufffd" in out  # the table's cell
+    assert "evil\\x1b]52;c;Y2xpcA==\\x07\\x1b[2J|x\ufffd" in out  # the span tree's line
+    assert report.stat().st_size > 0
+
+
 def test_summary_tables(real_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["summary", str(real_profile), "--top", "3"]) == 0
     out = capsys.readouterr().out

@@ -18,7 +18,8 @@ run's ``unmatched_kernels``, never dropped.
 Bad input raises :class:`ProfileError` naming the file and the problem. A file cut short
 (a process killed mid-write) is not an error: its complete events are read, the profile is
 marked ``truncated`` and a run whose ``model_run`` event never came is marked incomplete.
-Events with missing or invalid fields are skipped and counted in ``Profile.problems``.
+Events with missing or invalid fields are skipped and counted in ``Profile.problems``; lone
+surrogates (``\\ud800`` escapes, which no encoder takes) become U+FFFD.
 """
 
 from __future__ import annotations
@@ -115,7 +116,10 @@ def _load_events(path: str) -> tuple[list[Any], bool, int | None]:
             raise ProfileError(
                 path, f"is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
             ) from None
-        return salvaged, True, None
+        return _valid_unicode(salvaged, text), True, None
+    except RecursionError:
+        raise ProfileError(path, "is JSON nested too deeply to be a trace") from None
+    document = _valid_unicode(document, text)
     declared_start = None
     if isinstance(document, dict):
         other = document.get("otherData")
@@ -129,6 +133,19 @@ def _load_events(path: str) -> tuple[list[Any], bool, int | None]:
             f'"traceEvents" array, found {type(document).__name__}',
         )
     return events, False, declared_start
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _valid_unicode(document: Any, text: str) -> Any:
+    """``document`` with the lone surrogates a ``\\ud800``-style escape gives (a file not
+    written by ORT) replaced by U+FFFD: they cannot be encoded for export, a terminal or a
+    page. Checked on the text first: files without such escapes, ORT's, cost a search."""
+    if not _SURROGATE_ESCAPE.search(text):
+        return document
+    again = json.dumps(document, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return json.loads(again.decode("utf-8", "replace"))
 
 
 def _salvage(text: str) -> list[Any]:

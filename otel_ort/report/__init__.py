@@ -158,7 +158,9 @@ def _write_atomically(target: Path, text: str) -> None:
     temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        # a lone surrogate (a JSON escape in a node name) as "\ud800": in the page's data, a
+        # JSON escape again
+        with os.fdopen(descriptor, "w", encoding="utf-8", errors="backslashreplace") as file:
             file.write(text)
         os.replace(temporary, target)
     except BaseException:
