@@ -7,6 +7,9 @@ Profile spans are already finished when they are known, so they are built here a
 attributes that are valid by construction, then handed to its span processors by
 :mod:`otel_ort.delivery`. Span processors' ``on_start`` is not called for them.
 
+The provider's span limits apply (``OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT``,
+``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``), as to its own spans.
+
 Time: absolute ns = ``profile.start_ns`` + ``ts`` µs. A node span covers its Node event and
 any kernels linked to it (GPU kernels may finish after the launching node's CPU window; the
 node's own duration stays in ``onnxruntime.node.duration_us``); a run span covers all its
@@ -23,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
@@ -54,6 +58,9 @@ class SpanBuilder:
             raise ValueError(f"max_node_spans must be >= 0, got {max_node_spans}")
         self._resource = tracer_provider.resource
         self._ids = tracer_provider.id_generator
+        limits = tracer_provider._span_limits
+        self._max_attributes = limits.max_span_attributes
+        self._max_length = limits.max_span_attribute_length
         self.max_node_spans = max_node_spans
 
     def run_tree(
@@ -185,6 +192,11 @@ class SpanBuilder:
         end: int,
         links: Sequence[Link] = (),
     ) -> ReadableSpan:
+        limit = self._max_attributes
+        if self._max_length is not None or (limit is not None and len(attributes) > limit):
+            attributes = BoundedAttributes(  # the provider's span limits, as the SDK applies them
+                limit, attributes, immutable=True, max_value_len=self._max_length
+            )
         return ReadableSpan(
             name=name,
             context=context,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -108,6 +108,26 @@ def test_node_cap_keeps_longest_and_summarises_the_rest(tmp_path: Path) -> None:
     assert attrs(run)[semconv.RUN_KERNELS_NOT_EMITTED] == 1
     assert sum(attrs(run)[semconv.RUN_NOT_EMITTED_COUNTS]) == 15
     assert set(attrs(run)[semconv.RUN_NOT_EMITTED_OP_TYPES]) == {"Add", "Relu"}
+
+
+def test_the_providers_span_limits_apply_to_profile_spans(tmp_path: Path) -> None:
+    long_name = "encoder/" + "layer/" * 200 + "MatMul"  # 1,214 characters
+    events = [model_run(0, 100), node_event(long_name, "MatMul", 10, 20)]
+    events.append(kernel_event("void gemm<" + "float, " * 300 + ">", "MatMul", 12, 5))
+    path = write(tmp_path / "long.json", events)
+    for limits in (SpanLimits(max_span_attribute_length=64), SpanLimits(max_span_attributes=3)):
+        memory = InMemorySpanExporter()
+        provider = TracerProvider(span_limits=limits)
+        provider.add_span_processor(BatchSpanProcessor(memory))
+        convert(path, provider)
+        provider.shutdown()
+        spans = memory.get_finished_spans()
+        (node,) = [span for span in spans if span.name == long_name]
+        if limits.max_span_attribute_length:
+            assert attrs(node)[semconv.NODE_NAME] == long_name[:64]
+            assert all(len(v) <= 64 for s in spans for v in attrs(s).values() if isinstance(v, str))
+        else:
+            assert all(len(attrs(span)) <= 3 for span in spans) and node.dropped_attributes > 0
 
 
 def test_kernels_hang_under_nodes_and_parents_cover_children(tmp_path: Path) -> None:
