@@ -160,6 +160,13 @@ def test_bad_alias_is_a_config_error(value):
         parse_events(value)
 
 
+@pytest.mark.parametrize("value", ["page-faults=task-clock", "cycles=task-clock,page-faults"])
+def test_an_alias_taking_the_time_alias_is_a_config_error(value):
+    with pytest.raises(PerfConfigError, match="has the alias 'task-clock', the name of the on-CPU"):
+        parse_events(value)
+    assert parse_events("task-clock,page-faults").events  # task-clock itself, of course
+
+
 def test_alias_without_name_is_a_config_error():
     with pytest.raises(PerfConfigError, match="no event name"):
         parse_events("=cyc")

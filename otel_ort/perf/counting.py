@@ -44,7 +44,7 @@ from otel_ort.perf.attribution import (
     attribute,
     late_start,
 )
-from otel_ort.perf.events import EventSelection, Unavailable
+from otel_ort.perf.events import TIME_ALIAS_DEFAULT, EventSelection, Unavailable
 from otel_ort.perf.group import Taken, ThreadGroup
 from otel_ort.perf.records import ThreadRecords, parse
 
@@ -233,7 +233,7 @@ class PerfCounters:
         """Why nothing can be counted here, once known."""
         self._time_alias = next(
             (spec.alias for spec in selection.events if spec.kind == "time"),
-            probe.TIME_ALIAS_DEFAULT,
+            TIME_ALIAS_DEFAULT,
         )
         self._calling = threading.local()
         self._groups: weakref.WeakSet[ThreadGroup] = weakref.WeakSet()

@@ -26,6 +26,9 @@ from typing import Literal
 
 from otel_ort.perf import pfm
 
+TIME_ALIAS_DEFAULT = "task-clock"
+"""The alias of the on-CPU time, counted on every thread (as task-clock) when not named."""
+
 Kind = Literal["time", "sparse", "dense"]
 """How a counter is attributed to nodes: ``time`` is the on-CPU clock itself, ``sparse`` counts
 rare discrete events (sampled with period 1), ``dense`` is interpolated in on-CPU time."""
@@ -169,6 +172,12 @@ def parse_events(
             events.append(resolved)
         else:
             unavailable.append(resolved)
+    taken = owners.get(TIME_ALIAS_DEFAULT)
+    if taken is not None and not any(spec.kind == "time" for spec in events):
+        raise PerfConfigError(
+            f"perf event {taken!r} has the alias {TIME_ALIAS_DEFAULT!r}, the name of the "
+            "on-CPU time otel-ort always counts: give it another alias"
+        )
     return EventSelection(tuple(events), tuple(unavailable))
 
 

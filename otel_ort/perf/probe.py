@@ -23,7 +23,6 @@ from otel_ort.perf.events import EventSpec, Unavailable
 from otel_ort.perf.group import ThreadGroup
 from otel_ort.perf.records import ThreadRecords, parse
 
-TIME_ALIAS_DEFAULT = "task-clock"
 RING_PAGES = 64
 """Data pages per thread (256 KiB with 4 KiB pages): about 8,000 records per run."""
 _SAMPLE_BUDGET = 0.01
