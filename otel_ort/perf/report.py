@@ -33,8 +33,9 @@ def count_profile(perf: PerfCounters, profile: Profile, raw: RawRun) -> ProfileC
     events and move its start to where the counts place the run (``RunCounts.late_ns``)."""
     windows_us = [(node.ts, node.end) for node in profile.runs[0].nodes]
     problems: list[str] = []
-    if _overlapping(windows_us):  # the parallel executor: counts per run only (nesting, as
-        # a control-flow node's subgraph nodes inside it, is not overlap)
+    # the parallel executor's nodes overlap: counts per run only (a control-flow node holding
+    # its subgraph's nodes is nesting, not overlap)
+    if _overlapping(windows_us):
         windows_us = []
         problems.append("nodes ran concurrently (parallel execution): counts per run only")
     base = profile.start_ns
