@@ -269,6 +269,9 @@ def _report(args: argparse.Namespace) -> int:
     out = args.output or default_output(args.profile)
     try:
         target = save_report(report, args.profile, out)
+    except ReportError as exc:
+        print(f"otel-ort report: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(
             f"otel-ort report: cannot write {out} ({exc.strerror or exc}): "

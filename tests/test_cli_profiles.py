@@ -9,6 +9,7 @@ import pytest
 
 from otel_ort import semconv
 from otel_ort.cli import main
+from otel_ort.profiling import read_profile
 from tests.conftest import file_spans
 from tests.otlp_receiver import OtlpReceiver
 from tests.profiles import kernel_event, model_run, node_event, session_level_profile, write
@@ -131,6 +132,25 @@ def test_names_from_the_model_cannot_drive_the_terminal_or_break_a_table(
     assert "evil\\x1b]52;c;Y2xpcA==\\x07\\x1b[2J\\|x\ufffd" in out  # the table's cell
     assert "evil\\x1b]52;c;Y2xpcA==\\x07\\x1b[2J|x\ufffd" in out  # the span tree's line
     assert report.stat().st_size > 0
+
+
+def test_crafted_times_are_skipped_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    events = [
+        model_run(0, 100),
+        node_event("ok", "Relu", 10, 5),
+        node_event("far", "Relu", 10**18, 5),  # year 33714
+        {**model_run(0, 100), "ts": [1], "args": {"trace_id": "ab" * 16}},
+    ]
+    path = write(tmp_path / "x_2026-01-01_00-00-00_000.json", events)
+    assert main(["summary", str(path)]) == 0
+    assert main(["report", str(path), "-o", str(tmp_path / "x.html")]) == 0
+    out, err = capsys.readouterr()
+    assert "1 node executions" in out and "Traceback" not in out + err
+    assert main(["report", str(path), "-o", str(path)]) == 1  # not over the profile
+    assert "is the profile itself: write the report elsewhere (-o)" in capsys.readouterr().err
+    assert read_profile(path).runs
 
 
 def test_summary_tables(real_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -133,7 +133,7 @@ def test_gpu_kernels_link_to_nodes(tmp_path: Path) -> None:
         (
             b'[{"cat": "Node", "name": "a_kernel_time", "ts": -5, "dur": 1, "ph": "X"},'
             b' {"cat": "Node", "name": "b_kernel_time", "ts": "soon", "dur": 1, "ph": "X"}]',
-            "2 events skipped: 'ts' or 'dur' missing, negative or not a number",
+            "2 events skipped: 'ts' or 'dur' missing, negative, not a number or over 31 years",
         ),
     ],
 )
@@ -167,7 +167,7 @@ def test_events_with_bad_fields_are_skipped_and_counted(tmp_path: Path) -> None:
     assert sorted(profile.problems) == [
         "1 events skipped: no 'name' or 'cat' string",
         "1 events skipped: not a JSON object",
-        "2 events skipped: 'ts' or 'dur' missing, negative or not a number",
+        "2 events skipped: 'ts' or 'dur' missing, negative, not a number or over 31 years",
     ]
 
 

@@ -89,8 +89,9 @@ def run_ids(
             and isinstance(event.get("args"), dict)
         ):
             trace_id, span_id = _id(event["args"], "trace_id"), _id(event["args"], "span_id")
-            if trace_id or span_id:
-                by_start.setdefault(event.get("ts"), (trace_id, span_id))  # type: ignore[arg-type]
+            ts = event.get("ts")
+            if (trace_id or span_id) and isinstance(ts, int | float):
+                by_start.setdefault(ts, (trace_id, span_id))
     fallback = (_id(other, "trace_id"), _id(other, "span_id")) if len(runs) == 1 else (None, None)
     return [by_start.get(run.ts, fallback) for run in runs]
 

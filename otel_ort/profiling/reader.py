@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import math
 import os
 import re
 import time
@@ -172,9 +171,13 @@ def _salvage(text: str) -> list[Any]:
         events.append(event)
 
 
+_MAX_TIME_US = 1e15
+"""31 years: a ``ts`` or ``dur`` beyond it is no time (and no date could show it)."""
+
+
 def _time(value: object) -> float | None:
-    """A valid ``ts``/``dur``: a JSON number, finite and not negative."""
-    if type(value) in (int, float) and 0 <= value < math.inf:  # type: ignore[operator]
+    """A valid ``ts``/``dur``: a JSON number, not negative and below ``_MAX_TIME_US``."""
+    if type(value) in (int, float) and 0 <= value < _MAX_TIME_US:  # type: ignore[operator]
         return value  # type: ignore[return-value]
     return None
 
@@ -211,7 +214,7 @@ class _Parsed:
             self.problems["no 'name' or 'cat' string"] += 1
             return
         if ts is None or dur is None:
-            self.problems["'ts' or 'dur' missing, negative or not a number"] += 1
+            self.problems["'ts' or 'dur' missing, negative, not a number or over 31 years"] += 1
             return
         args = event.get("args")
         if not isinstance(args, dict):

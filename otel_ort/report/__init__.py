@@ -101,12 +101,15 @@ def write_report(
 
 def save_report(report: Report, path: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
     """Write ``report`` (of the profile at ``path``) to ``out``, a file or a directory (one
-    named with a trailing slash is created if missing)."""
+    named with a trailing slash is created if missing); never over the profile itself
+    (:class:`ReportError`)."""
     target = Path(out)
     if os.fspath(out).endswith(os.sep):
         target.mkdir(parents=True, exist_ok=True)
     if target.is_dir():
         target = target / default_output(path).name
+    if target.exists() and target.samefile(path):
+        raise ReportError(f"{target} is the profile itself: write the report elsewhere (-o)")
     _write_atomically(target, report.html)
     return target
 
