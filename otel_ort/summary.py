@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TypeVar
 
 from otel_ort import semconv
@@ -25,30 +26,34 @@ def summarize(profiles: Sequence[Profile], top: int = 15, title: str | None = No
     ``title``: what the first line names (default: the first profile's path)."""
     runs = [run for profile in profiles for run in profile.runs]
     nodes = [node for run in runs for node in run.nodes]
-    run_total = sum(run.dur for run in runs) or 1.0
-    header = (
+    run_total = sum(run.dur for run in runs)
+    lines = [
         f"{title or profiles[0].path}: {len(runs)} run(s), {len(nodes)} node executions, "
         f"mean run {run_total / max(len(runs), 1) / 1000:.3f} ms"
-    )
+    ]
     if any(profile.truncated for profile in profiles):
-        header += "  (file truncated: complete events only)"
+        lines[0] += "  (file truncated: complete events only)"
     incomplete = sum(not run.complete for run in runs)
     if incomplete:
-        header += f"  ({incomplete} run(s) incomplete: the file ends before they do)"
+        lines[0] += f"  ({incomplete} run(s) incomplete: the file ends before they do)"
+    own = [time for run in runs for time in self_times(run.nodes)]
+    nested = any(time != node.dur for node, time in zip(nodes, own, strict=True))
+    if nested:
+        lines.append(
+            "self: a node's time outside the nodes it holds (a Loop, If or Scan holds its "
+            "subgraphs' nodes, which have rows of their own); shares are of self time"
+        )
+    if run_total and sum(own) > run_total * 1.001:
+        lines.append("nodes ran in parallel: the shares add up to more than 100% of the runs")
+    table = partial(_grouped, nodes, own, run_total=run_total, with_self=nested)
     sections = [
-        header,
+        "\n".join(lines),
         f"Top {top} nodes by total time",
-        _grouped(
-            nodes,
-            lambda n: (n.name, n.op_type, n.provider),
-            ("node", "op type", "provider"),
-            run_total,
-            top,
-        ),
+        table(lambda n: (n.name, n.op_type, n.provider), ("node", "op type", "provider"), top),
         "Per op type",
-        _grouped(nodes, lambda n: (n.op_type,), ("op type",), run_total),
+        table(lambda n: (n.op_type,), ("op type",)),
         "Per provider",
-        _grouped(nodes, lambda n: (n.provider,), ("provider",), run_total),
+        table(lambda n: (n.provider,), ("provider",)),
     ]
     aliases, counts = _perf_counts(profiles)
     if aliases:
@@ -65,35 +70,68 @@ def summarize(profiles: Sequence[Profile], top: int = 15, title: str | None = No
     return "\n\n".join(sections)
 
 
+def self_times(nodes: Sequence[NodeRecord]) -> list[float]:
+    """Each node's µs outside the nodes it holds. A control-flow node (Loop, If, Scan) runs
+    its subgraphs' nodes inside its own window, on its thread; ORT gives whole µs, so a held
+    node may end up to 1 µs past its holder."""
+    own = [node.dur for node in nodes]
+    holders: dict[int | None, list[int]] = defaultdict(list)  # per thread: the open windows
+    for at in sorted(range(len(nodes)), key=lambda at: (nodes[at].ts, -nodes[at].dur)):
+        node, stack = nodes[at], holders[nodes[at].tid]
+        while stack and not (
+            node.ts < nodes[stack[-1]].end and node.end <= nodes[stack[-1]].end + 1
+        ):
+            stack.pop()
+        if stack:
+            own[stack[-1]] = max(own[stack[-1]] - node.dur, 0.0)
+        stack.append(at)
+    return own
+
+
 def totals_by(
-    nodes: Iterable[NodeRecord], key: Callable[[NodeRecord], K]
-) -> list[tuple[K, int, float]]:
-    """(key, node count, total µs) per distinct ``key``, largest total first."""
+    nodes: Sequence[NodeRecord], own: Sequence[float], key: Callable[[NodeRecord], K]
+) -> list[tuple[K, int, float, float]]:
+    """(key, node count, total µs, self µs) per distinct ``key``, largest self time first;
+    ``own``: the nodes' self times (``self_times``, run by run)."""
     count: dict[K, int] = defaultdict(int)
     total: dict[K, float] = defaultdict(float)
-    for node in nodes:
+    self_total: dict[K, float] = defaultdict(float)
+    for node, self_time in zip(nodes, own, strict=True):
         k = key(node)
         count[k] += 1
         total[k] += node.dur
-    return [(k, count[k], total[k]) for k in sorted(total, key=lambda k: -total[k])]
+        self_total[k] += self_time
+    order = sorted(self_total, key=lambda k: -self_total[k])
+    return [(k, count[k], total[k], self_total[k]) for k in order]
 
 
 def _grouped(
-    nodes: list[NodeRecord],
+    nodes: Sequence[NodeRecord],
+    own: Sequence[float],
     key: Callable[[NodeRecord], tuple[str, ...]],
     labels: tuple[str, ...],
-    run_total: float,
     top: int | None = None,
+    *,
+    run_total: float,
+    with_self: bool,
 ) -> str:
-    rows = [(*labels, "count", "total ms", "mean us", "% of runs")]
-    for k, count, total in totals_by(nodes, key)[:top]:
+    """A row per ``key``: count, total and self ms, mean µs and the share of the runs' wall
+    time (self time: nested nodes are not counted twice). ``top``: the longest totals only."""
+    rows = [
+        (*labels, "count", "total ms", *(["self ms"] if with_self else []), "mean us", "% of runs")
+    ]
+    totals = totals_by(nodes, own, key)
+    if top is not None:
+        totals = sorted(totals, key=lambda row: -row[2])[:top]
+    for k, count, total, self_total in totals:
         rows.append(
             (
                 *k,
                 str(count),
                 f"{total / 1000:.3f}",
+                *([f"{self_total / 1000:.3f}"] if with_self else []),
                 f"{total / count:.1f}",
-                f"{100 * total / run_total:.1f}",
+                f"{100 * self_total / run_total:.1f}" if run_total else "-",
             )
         )
     return format_table(rows)

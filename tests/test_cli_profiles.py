@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
+import onnxruntime as ort
 import pytest
 
 from otel_ort import semconv
 from otel_ort.cli import main
 from otel_ort.profiling import read_profile
+from tests.capi_models import loop
 from tests.conftest import file_spans
 from tests.otlp_receiver import OtlpReceiver
 from tests.profiles import kernel_event, model_run, node_event, session_level_profile, write
@@ -232,3 +235,52 @@ def test_a_run_the_file_ends_in_is_said_incomplete(
     assert "(1 run(s) incomplete: the file ends before they do)" in capsys.readouterr().out
     assert main(["convert", str(path), "--output", str(tmp_path / "o.jsonl")]) == 0
     assert "1 run(s) INCOMPLETE: the file ends before they do" in capsys.readouterr().out
+
+
+def test_summary_counts_a_loops_subgraph_nodes_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Loop node's window holds its body's nodes (same thread): the shares are of self time,
+    so they add up to at most the run, and each node's total stays whole."""
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "loop")
+    session = ort.InferenceSession(loop(), options, providers=["CPUExecutionProvider"])
+    ones = np.ones(3, np.float32)
+    session.run(None, {"trips": np.array(50, np.int64), "start": ones, "x": ones})
+    path = session.end_profiling()
+    profile = read_profile(path)
+    (run,) = profile.runs
+    (loop_node,) = [node for node in run.nodes if node.op_type == "Loop"]
+    body = sum(node.dur for node in run.nodes if node is not loop_node)
+    assert sum(node.dur for node in run.nodes) > run.dur  # the body, counted twice
+    assert main(["summary", path]) == 0
+    out = capsys.readouterr().out
+    assert "shares are of self time" in out and "in parallel" not in out
+    table = out.split("Per op type")[1].split("Per provider")[0].strip().splitlines()[2:]
+    rows = {
+        cells[0]: cells for cells in ([c.strip() for c in r.strip("|").split("|")] for r in table)
+    }
+    assert rows["Loop"][1:4] == [
+        "1",
+        f"{loop_node.dur / 1000:.3f}",
+        f"{(loop_node.dur - body) / 1000:.3f}",
+    ]
+    assert sum(float(cells[-1]) for cells in rows.values()) <= 100.05
+    assert rows["Add"][2] == rows["Add"][3]  # holds nothing: self = total
+
+
+def test_summary_of_zero_length_runs_and_of_parallel_nodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    still = write(tmp_path / "still.json", [model_run(0, 0), node_event("a", "Relu", 0, 0)])
+    assert main(["summary", str(still)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "| a    | Relu    | CUDAExecutionProvider |     1 |    0.000 |     0.0 |         - |" in out
+    )
+    parallel = [model_run(0, 100), *(node_event(f"n{t}", "Relu", 0, 90, tid=t) for t in (1, 2))]
+    assert main(["summary", str(write(tmp_path / "parallel.json", parallel))]) == 0
+    out = capsys.readouterr().out
+    assert "nodes ran in parallel: the shares add up to more than 100% of the runs" in out
+    assert "self ms" not in out  # nodes on other threads do not hold each other

@@ -32,7 +32,7 @@ from otel_ort import semconv
 from otel_ort.perf.tracks import Counters, counters
 from otel_ort.profiling import enriched
 from otel_ort.profiling.model import KernelRecord, Profile, RunRecord
-from otel_ort.summary import totals_by
+from otel_ort.summary import self_times, totals_by
 from otel_ort.version import __version__
 
 DEFAULT_TOP = 20
@@ -259,8 +259,10 @@ def _run(
         "c": perf_values if any(value is not None for value in perf_values) else [],
         "k": kernels,
         "ot": [
-            [strings(op), count, _number(total)]
-            for op, count, total in totals_by(run.nodes, lambda node: node.op_type)
+            [strings(op), count, _number(own)]
+            for op, count, _, own in totals_by(
+                run.nodes, self_times(run.nodes), lambda node: node.op_type
+            )
         ],
         "top": order[:top],
     }
