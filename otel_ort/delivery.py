@@ -19,13 +19,17 @@ from collections.abc import Iterable, Sequence
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
 
+class NotSdkTracerProvider(TypeError):
+    """The tracer provider is not the SDK's: finished spans cannot be handed to it."""
+
+
 class SpanDelivery:
     """Delivers finished spans to the span processors of one SDK TracerProvider."""
 
     def __init__(self, tracer_provider: object) -> None:
         active = getattr(tracer_provider, "_active_span_processor", None)
         if not isinstance(tracer_provider, TracerProvider) or active is None:
-            raise TypeError(
+            raise NotSdkTracerProvider(
                 "profile spans need the OpenTelemetry SDK's TracerProvider "
                 f"(opentelemetry.sdk.trace.TracerProvider), got {type(tracer_provider).__name__}"
             )

@@ -18,6 +18,7 @@ import onnxruntime as ort
 import pytest
 from opentelemetry import baggage
 from opentelemetry import context as otel_context
+from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -644,3 +645,31 @@ def test_uninstrument_flushes_a_provider_whose_force_flush_takes_no_timeout(
     assert [attrs(s)[semconv.RUN_PROFILED] for s in runs] == [True]
     assert len(exporter.get_finished_spans()) > 1  # its node spans too
     provider.shutdown()
+
+
+def test_a_provider_not_the_sdks_gets_the_run_span_and_the_file_kept(
+    telemetry: Telemetry, profile_dir: Path, mlp_path: Path
+) -> None:
+    """A vendor's tracer provider records spans but takes no finished ones: no node spans,
+    said on the run span as a problem; the Chrome JSON is still kept."""
+
+    class VendorProvider(trace_api.TracerProvider):  # the API's, as a vendor SDK would be
+        def get_tracer(self, *args: Any, **kwargs: Any) -> trace_api.Tracer:
+            return telemetry.tracer_provider.get_tracer(*args, **kwargs)
+
+    vendor = VendorProvider()
+    with instrumentation(tracer_provider=vendor, profile_dir=str(profile_dir)):
+        session = ort.InferenceSession(mlp_path, providers=CPU)
+        ready(session, X)
+        with profile_next_run():
+            session.run(None, X)
+        assert flush_profiles(timeout=60)
+    (span,) = profiled_spans(telemetry)
+    run = attrs(span)
+    assert str(run[semconv.PROFILE_ERROR]).startswith(
+        "profile spans need the OpenTelemetry SDK's TracerProvider "
+        "(opentelemetry.sdk.trace.TracerProvider), got VendorProvider; "
+        "the Chrome JSON is still kept"
+    )
+    assert Path(str(run[semconv.PROFILE_FILE])).is_file()
+    assert not children_of(telemetry, span)

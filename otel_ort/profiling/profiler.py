@@ -36,7 +36,6 @@ from opentelemetry import trace
 from opentelemetry.baggage import _BAGGAGE_KEY
 from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider, get_meter
-from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.trace import Span, format_span_id, format_trace_id
 
 from otel_ort import semconv
@@ -49,7 +48,7 @@ from otel_ort.capi import (
     UnsupportedValue,
     load_api,
 )
-from otel_ort.delivery import SpanDelivery
+from otel_ort.delivery import NotSdkTracerProvider, SpanDelivery
 from otel_ort.failures import report_failure
 from otel_ort.options import ProfilingOptions
 from otel_ort.perf.counting import Counting, PerfCounters, Pool, RawRun
@@ -512,8 +511,8 @@ class Profiler:
         if span.is_recording() and profile.runs:
             try:
                 dropped, summary = self._emit(profile, span, node_counts)
-            except TypeError as exc:  # not the SDK's provider: no spans, the file is still kept
-                problems.append(str(exc))
+            except NotSdkTracerProvider as exc:  # no node spans; the file is still kept
+                problems.append(f"{exc}; the Chrome JSON is still kept")
             else:
                 span.set_attributes(summary)
                 if dropped:
@@ -561,12 +560,8 @@ class Profiler:
         """Node and kernel spans under the live run span; (dropped, run summary)."""
         provider = self._provider()
         if self._delivery is None or self._delivery[0] is not provider:
-            if not isinstance(provider, SdkTracerProvider):
-                raise TypeError(
-                    "profile spans need the OpenTelemetry SDK's TracerProvider, got "
-                    f"{type(provider).__name__}; the Chrome JSON is still kept"
-                )
-            self._delivery = (provider, SpanBuilder(provider), SpanDelivery(provider))
+            delivery = SpanDelivery(provider)  # first: it refuses a provider not the SDK's
+            self._delivery = (provider, SpanBuilder(provider), delivery)
         _, builder, delivery = self._delivery
         spans, summary = builder.node_spans(
             profile, profile.runs[0], span.get_span_context(), node_counts
