@@ -1,9 +1,10 @@
 """Hand finished spans to a TracerProvider's span processors without losing them to a full queue.
 
 A profile is a burst of thousands of spans at once; the SDK's ``BatchSpanProcessor`` holds
-2048 by default and silently drops the oldest when full. Before each span goes to a batch
-processor whose queue is full, the queue is flushed through its exporter in this thread
-(back-pressure: the caller waits, nothing is lost). Only a processor that cannot take spans
+2048 by default and drops the oldest when a span comes to a full queue. Before each span goes
+to a batch processor whose queue is 7/8 full, the queue is flushed through its exporter in
+this thread (back-pressure: the caller waits, nothing is lost); the last eighth stays free for
+the spans other threads end meanwhile. Only a processor that cannot take spans
 at all (shut down) makes spans count as dropped. Other processors get every span directly,
 except those marked ``takes_profile_spans = False`` (``otel_ort.configure()``'s processor for
 request spans, whose queue profile bursts must not fill).
@@ -53,11 +54,12 @@ class SpanDelivery:
                 for span in spans:
                     processor.on_end(span)
                 continue
+            room = capacity - max(capacity // 8, 1)  # the rest: for other threads' spans
             for span in spans:
                 if getattr(batch, "_shutdown", False):  # it would ignore the span
                     dropped += 1
                     continue
-                if len(queue) >= capacity:
+                if len(queue) > room:
                     processor.force_flush()  # exports what is queued, in this thread
                     if len(queue) >= capacity:
                         dropped += 1

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -198,3 +200,39 @@ def test_spans_a_shut_down_processor_cannot_take_are_counted(real_profile: Path)
     provider.add_span_processor(processor)
     processor.shutdown()  # type: ignore[no-untyped-call]
     assert convert(real_profile, provider) == 903  # every span counted, none silently lost
+
+
+def test_a_burst_leaves_room_for_the_spans_other_threads_end_meanwhile(
+    real_profile: Path,
+) -> None:
+    """Request spans keep ending on another thread while a burst of profile spans (903, given
+    20 times) goes to a small batch queue: none may be dropped for a queue the burst filled."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(
+        BatchSpanProcessor(memory, max_queue_size=64, max_export_batch_size=64)
+    )
+    profile = read_profile(real_profile)
+    spans = [span for run in profile.runs for span in SpanBuilder(provider).run_tree(profile, run)]
+    spans *= 20
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch often: between a check and a span's arrival
+    stop = threading.Event()
+    requests = 0
+
+    def request_thread() -> None:
+        nonlocal requests
+        while not stop.is_set():
+            with provider.get_tracer("app").start_as_current_span("request"):
+                requests += 1
+
+    thread = threading.Thread(target=request_thread)
+    thread.start()
+    try:
+        assert SpanDelivery(provider).deliver(spans) == 0
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(interval)
+    provider.shutdown()
+    assert len(memory.get_finished_spans()) == len(spans) + requests
