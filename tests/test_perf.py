@@ -7,6 +7,7 @@ instead: a clear warning, the run still profiled, the other counters complete.
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import logging
 import math
@@ -733,3 +734,25 @@ def _has_pmu() -> bool:
     except OSError:
         return False
     return True
+
+
+def test_shutdown_leaves_the_group_of_a_run_in_flight_to_that_run(counter_factory: Any) -> None:
+    """Shutdown closes the calling threads' groups; one whose thread is still in a counted
+    run (shutdown gave up waiting for it) is left to that run: its fds are still switched by
+    the run's end (closed, they could be another file's by then). They close once freed."""
+    counter = counter_factory(matmul_chain(), (512, 512), ["task-clock"], intra_op_num_threads=1)
+    counting = counter.counters.begin(counter.pool)
+    assert not isinstance(counting, str), counting
+    fds = list(counting.own.groups[0]._fds)
+    counter.counters.close()  # as at shutdown, the run in flight
+    counter.session.run({"x": counter.feed()})
+    raw = counter.counters.end(counting, caller_runs_nodes=counter.session.sequential)
+    assert not isinstance(raw, str), raw
+    threads, problems = raw.settle()
+    assert threading.get_native_id() in [thread.tid for thread in threads], problems
+    assert all(os.fstat(fd) for fd in fds)
+    del counting, raw, threads
+    gc.collect()
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)

@@ -237,6 +237,8 @@ class PerfCounters:
         )
         self._calling = threading.local()
         self._groups: weakref.WeakSet[ThreadGroup] = weakref.WeakSet()
+        self._running: set[int] = set()
+        """Threads in a counted run: ``close`` leaves their groups to it (closed once freed)."""
 
     # -- worker ---------------------------------------------------------------------------
 
@@ -357,7 +359,9 @@ class PerfCounters:
         try:
             pooled = pool.start(skip=own.groups[0].tid)
             try:
-                return Counting(own.start(), pooled)  # the last, nearest to the run
+                counting = Counting(own.start(), pooled)  # the last, nearest to the run
+                self._running.add(own.groups[0].tid)
+                return counting
             except BaseException:
                 pool.stop(pooled)
                 raise
@@ -382,6 +386,7 @@ class PerfCounters:
             return f"perf counting could not stop: {exc!r}"
         finally:
             pooled.pool.lock.release()
+            self._running.discard(own.groups[0].tid)
         calling = threading.get_native_id() if caller_runs_nodes else None
         return RawRun((own, pooled), tuple(pooled.pool.problems), calling)
 
@@ -410,14 +415,18 @@ class PerfCounters:
         return group
 
     def close(self) -> None:
-        """Close every calling thread's group (pools are closed with their twins)."""
+        """Close every calling thread's group but those of runs in flight, whose fds the run
+        still switches (they close when the run lets go of them); pools close with their
+        twins."""
         for group in list(self._groups):
-            group.close()
+            if group.tid not in self._running:
+                group.close()
         self._calling = threading.local()
 
     def after_fork_in_child(self) -> None:
         """The parent's threads do not exist here: drop their groups (closing our copies of
-        the fds)."""
+        the fds), theirs in a run too."""
+        self._running = set()
         self.close()
 
 
