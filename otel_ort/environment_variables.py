@@ -1,8 +1,9 @@
 """Environment variables otel-ort reads; an ``instrument()`` argument wins over its variable."""
 
 OTEL_ORT_PROFILE_SAMPLER = "OTEL_ORT_PROFILE_SAMPLER"
-"""Which runs to profile: ``always``, ``never`` (the default), ``ratio:0.01``, ``rate:2/s``,
-``every:100``, or any of them as ``parentbased_<spelling>``."""
+"""Which runs to profile: ``always``, ``never`` (the default), ``ratio:0.01``, ``rate:2/s``
+(``rate:2/s,burst=5``), ``every:100`` (``every:100,skip_first=1000``), or any of them as
+``parentbased_<spelling>``."""
 
 OTEL_ORT_PROFILE_DIR = "OTEL_ORT_PROFILE_DIR"
 """Where profiled runs' Chrome-trace files are kept (created 0700)."""

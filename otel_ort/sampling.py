@@ -189,10 +189,14 @@ def take_forced() -> bool:
 
 
 _SPELLINGS = (
-    "always, never, ratio:<p> (e.g. ratio:0.01), rate:<n>/s (e.g. rate:2/s), "
-    "every:<n> (e.g. every:100), each optionally as parentbased_<spelling>"
+    "always, never, ratio:<p> (e.g. ratio:0.01), rate:<n>/s[,burst=<b>] (e.g. rate:2/s or "
+    "rate:2/s,burst=5), every:<n>[,skip_first=<k>] (e.g. every:100 or "
+    "every:100,skip_first=1000), each optionally as parentbased_<spelling>"
 )
 _RATE = re.compile(r"^rate:(?P<n>[^/]+)/s$")
+_KINDS = ("always", "never", "ratio", "rate", "every")
+_OPTIONS = {"rate": ("burst",), "every": ("skip_first",)}
+"""The options each spelling takes after a comma (``name=<integer>``)."""
 
 
 def parse_sampler(text: str) -> ProfileSampler:
@@ -203,7 +207,10 @@ def parse_sampler(text: str) -> ProfileSampler:
         inner = spelling.removeprefix("parentbased_")
         if not inner.startswith("parentbased_"):
             return ParentBased(parse_sampler(inner))
+    spelling, *extras = (part.strip() for part in spelling.split(","))
+    kind = spelling.split(":")[0]
     try:
+        options = _options(kind, extras) if kind in _KINDS else {}
         if spelling == "always":
             return Always()
         if spelling == "never":
@@ -211,10 +218,29 @@ def parse_sampler(text: str) -> ProfileSampler:
         if spelling.startswith("ratio:"):
             return Ratio(float(spelling.removeprefix("ratio:")))
         if spelling.startswith("every:"):
-            return EveryNth(int(spelling.removeprefix("every:")))
+            return EveryNth(int(spelling.removeprefix("every:")), **options)
         match = _RATE.match(spelling)
         if match:
-            return RateLimited(float(match["n"]))
+            return RateLimited(float(match["n"]), **options)
     except ValueError as exc:
-        raise ValueError(f"profile sampler {text!r}: {exc}") from None
+        raise ValueError(
+            f"profile sampler {text!r}: {exc}; valid spellings: {_SPELLINGS}"
+        ) from None
     raise ValueError(f"unknown profile sampler {text!r}; valid spellings: {_SPELLINGS}")
+
+
+def _options(kind: str, extras: list[str]) -> dict[str, int]:
+    """``name=<integer>`` options after the spelling, those ``kind`` takes only."""
+    allowed = _OPTIONS.get(kind, ())
+    options = {}
+    for extra in extras:
+        name, equals, value = (part.strip() for part in extra.partition("="))
+        if name not in allowed or not equals:
+            takes = (
+                f"takes {' and '.join(f'{a}=<integer>' for a in allowed)}"
+                if allowed
+                else "takes no options"
+            )
+            raise ValueError(f"{extra!r} is not an option it takes: {kind} {takes}")
+        options[name] = int(value)
+    return options
