@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from otel_ort.profiling.store import DEFAULT_MAX_FILES
 from otel_ort.spans import DEFAULT_MAX_NODE_SPANS
@@ -19,6 +20,9 @@ def main(argv: list[str] | None = None) -> int:
         status = _main(argv)
         sys.stdout.flush()  # here, where a closed pipe is caught, rather than at exit
         return status
+    except KeyboardInterrupt:
+        print("\notel-ort: interrupted", file=sys.stderr)
+        return 130  # as a shell reports SIGINT
     except BrokenPipeError:  # `otel-ort ... | head`: the reader took what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 1
@@ -37,6 +41,21 @@ def _at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return whole_number
+
+
+def _endpoint(text: str) -> str:
+    """An argparse ``type``: an OTLP endpoint URL, ``http(s)://HOST[:PORT][/PATH]``."""
+    parts = urlsplit(text)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:  # out of range, or not a number
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an OTLP endpoint URL: give http://HOST:PORT (e.g. "
+            "http://localhost:4317 for gRPC, http://localhost:4318 for http/protobuf)"
+        )
+    return text
 
 
 def _main(argv: list[str] | None) -> int:
@@ -59,6 +78,7 @@ def _main(argv: list[str] | None) -> int:
     )
     demo.add_argument(
         "--otlp-endpoint",
+        type=_endpoint,
         metavar="URL",
         help="also send spans and metrics over OTLP, e.g. http://localhost:4317 (`make up`); "
         "gRPC unless OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
@@ -69,7 +89,9 @@ def _main(argv: list[str] | None) -> int:
     )
     convert.add_argument("profiles", nargs="+", metavar="PROFILE.json")
     convert.add_argument("--service-name", help="service.name of the spans (default: onnxruntime)")
-    convert.add_argument("--otlp-endpoint", metavar="URL", help="e.g. http://localhost:4317")
+    convert.add_argument(
+        "--otlp-endpoint", type=_endpoint, metavar="URL", help="e.g. http://localhost:4317"
+    )
     convert.add_argument("--protocol", choices=("grpc", "http/protobuf"), default="grpc")
     convert.add_argument("--console", action="store_true", help="print the span trees")
     convert.add_argument("--output", metavar="FILE", help="append the spans as OTLP/JSON lines")
@@ -83,7 +105,9 @@ def _main(argv: list[str] | None) -> int:
 
     summary = commands.add_parser("summary", help="tables of where a profile's time went")
     summary.add_argument("profile", metavar="PROFILE.json")
-    summary.add_argument("--top", type=_at_least(1), default=15, help="rows of the top-nodes table")
+    summary.add_argument(
+        "--top", type=_at_least(1), default=15, help="rows of the top-nodes table (default 15)"
+    )
     _add_profile_parser(commands)
     _add_report_parser(commands)
     args = parser.parse_args(argv)
@@ -196,7 +220,9 @@ def _add_profile_parser(
         "perf_config.json, or off (default: $OTEL_ORT_PERF_EVENTS, else task-clock, "
         "page-faults, context-switches, and cycles, instructions where there is a PMU)",
     )
-    profile.add_argument("--otlp-endpoint", metavar="URL", help="also send each run as a trace")
+    profile.add_argument(
+        "--otlp-endpoint", type=_endpoint, metavar="URL", help="also send each run as a trace"
+    )
     profile.add_argument("--protocol", choices=("grpc", "http/protobuf"), default="grpc")
     profile.add_argument("--service-name", help="service.name of the spans (default: onnxruntime)")
 

@@ -55,6 +55,8 @@ class InputSpec:
     """``tensor(float)``, ``seq(tensor(int64))``, ..."""
     dims: tuple[int | str | None, ...] | None
     """Fixed sizes, symbolic names, or ``None`` when unknown; ``None`` for no shape at all."""
+    initializer: bool = False
+    """An initializer that is also a graph input: fed only when the user gives it."""
 
     @property
     def element(self) -> str:
@@ -131,6 +133,9 @@ def read_inputs(model: str) -> list[InputSpec]:
     return [
         InputSpec(arg.name, arg.type, None if arg.name in unshaped else tuple(arg.shape))
         for arg in session.get_inputs()
+    ] + [
+        InputSpec(arg.name, arg.type, tuple(arg.shape), initializer=True)
+        for arg in session.get_overridable_initializers()
     ]
 
 
@@ -182,9 +187,12 @@ def build_feeds(
     for option, names in (("--shape", shapes), ("--input", arrays)):
         for name in names:
             if name not in known:
+                inputs = [spec.name for spec in specs if not spec.initializer]
+                initializers = [spec.name for spec in specs if spec.initializer]
+                also = f"; initializers it can take: {', '.join(initializers)}" * bool(initializers)
                 raise InputError(
                     f"{option} names input {name!r}, which the model does not have; "
-                    f"its inputs: {', '.join(sorted(known)) or 'none'}"
+                    f"its inputs: {', '.join(sorted(inputs)) or 'none'}{also}"
                 )
     both = sorted(set(shapes) & set(arrays))
     if both:
@@ -206,6 +214,8 @@ def build_feeds(
             feeds[spec.name] = arrays[spec.name]
             lines.append(f"input {spec.name}: {described(feeds[spec.name])} from --input")
             continue
+        if spec.initializer and spec.name not in shapes:
+            continue  # the model's own value
         dims, note = _resolved_dims(spec, shapes.get(spec.name), sizes)
         try:
             feeds[spec.name] = _random(rng, _dtype(spec), dims)
@@ -322,13 +332,13 @@ def _resolved_dims(
     dims = tuple(dim if isinstance(dim, int) else sizes.get(dim or "", 1) for dim in spec.dims)
     if not unknown:
         return dims, ""
-    example = ",".join(
-        str(dim) if isinstance(dim, int) else (dim or f"D{index}")
-        for index, dim in enumerate(spec.dims)
+    example = ",".join(  # sizes to paste and edit: 8 for each unknown one
+        "8" if not isinstance(dim, int) and dim not in sizes else str(size)
+        for dim, size in zip(spec.dims, dims, strict=True)
     )
     return dims, (
         f"note: input {spec.name}: unknown dimension{'s' * (len(unknown) > 1)} "
-        f"{', '.join(unknown)} set to 1; choose with --shape {spec.name}={example}"
+        f"{', '.join(unknown)} set to 1; choose with --shape, e.g. --shape {spec.name}={example}"
     )
 
 
@@ -339,5 +349,5 @@ def _random(rng: np.random.Generator, dtype: np.dtype[Any], dims: tuple[int, ...
     if dtype.kind in "iu":
         return rng.integers(0, _INT_HIGH, dims).astype(dtype)
     if dtype.kind == "b":
-        return rng.random(dims) < 0.5
+        return np.asarray(rng.random(dims) < 0.5)  # a 0-d draw is a Python float
     return rng.choice(_WORDS, dims)

@@ -145,10 +145,10 @@ def _profile(request: ProfileRequest, out: TextIO, err: TextIO) -> None:
         )
         made_up = bool(feeds.keys() - arrays.keys())
         with _failures_explained(made_up):
-            _warm_up(session, feeds, request.warmup, store)
+            _warm_up(session, feeds, request.warmup, store, err)
         with _Counting(perf, session) as counting:
             with _failures_explained(made_up):
-                runs = _run(session, feeds, request, store, counting, err)
+                runs, interrupted = _run(session, feeds, request, store, counting, err)
             exporting = _Exporting(request) if request.otlp_endpoint else None
             try:
                 profiles = _keep_all(runs, store, request.model, counting, exporting, err)
@@ -158,6 +158,8 @@ def _profile(request: ProfileRequest, out: TextIO, err: TextIO) -> None:
             _print_results(profiles, store, request.model, counting, out)
     if exporting is not None:
         exporting.close(out)
+    if interrupted:
+        raise KeyboardInterrupt  # said by the command, with its exit status
 
 
 def _print_results(
@@ -167,13 +169,14 @@ def _print_results(
     then the tables over all runs."""
     print(f"\nProfile files, one per run ({VIEWERS}):", file=out)
     half, hidden = _LISTED_RUNS // 2, max(0, len(profiles) - _LISTED_RUNS)
+    width = len(str(len(profiles)))
     for number, profile in enumerate(profiles, start=1):
         if half < number <= half + hidden:
             if number == half + 1:
                 print(f"  ... {_plural(hidden, 'more run')}", file=out)
             continue
         where = profile.path if os.path.exists(profile.path) else "(deleted: see below)"
-        print(f"  run {number:<3} {profile.runs[0].dur / 1000:8.3f} ms  {where}", file=out)
+        print(f"  run {number:<{width}} {profile.runs[0].dur / 1000:8.3f} ms  {where}", file=out)
     if store.deleted:
         print(
             f"  ({store.deleted} older files deleted: {store.directory} keeps the newest "
@@ -214,7 +217,8 @@ def _run_profiling_api() -> CApi:
 
 def _open_session(model: str, api: CApi) -> CSession:
     try:
-        return CSession(SessionConfig(model=model), api)
+        # ORT's own log lines would repeat the errors said here, in its colours
+        return CSession(SessionConfig(model=model, log_severity_level=3), api)
     except (OrtError, UnsupportedValue) as exc:
         raise UserError(f"{model}: ONNX Runtime cannot open this model: {exc}") from None
 
@@ -306,13 +310,17 @@ class _Counting:
         return "\n".join(lines)
 
 
-def _warm_up(session: CSession, feeds: dict[str, Any], runs: int, store: ProfileStore) -> None:
+def _warm_up(
+    session: CSession, feeds: dict[str, Any], runs: int, store: ProfileStore, err: TextIO
+) -> None:
     """The unprofiled warm-up runs, then a profiled run that is not kept: ORT starts its
     profiler on a session's first one (about a millisecond), which is no run's time."""
     files = store.new_run()
+    progress = _Progress(runs, err, "warm-up")
     try:
-        for _ in range(runs):
+        for done in range(1, runs + 1):
             session.run(feeds)
+            progress.update(done)
         session.run(feeds, profile_prefix=files.prefix)
     except (OrtError, UnsupportedValue) as exc:
         raise _ModelFailed(str(exc)) from None
@@ -327,11 +335,13 @@ def _run(
     store: ProfileStore,
     counting: _Counting,
     err: TextIO,
-) -> list[_ProfiledRun]:
+) -> tuple[list[_ProfiledRun], bool]:
     """The profiled runs, each with its own file prefix, counted; each profile's time base is
-    when the run called ORT (after the inputs were converted)."""
+    when the run called ORT (after the inputs were converted); and whether Ctrl-C cut them
+    short (then the runs done are returned: those kept are shown, the exit status is 130)."""
     runs: list[_ProfiledRun] = []
     progress = _Progress(request.runs, err, "profiled")
+    files: RunFiles | None = None
     try:
         for done in range(1, request.runs + 1):
             files = store.new_run()
@@ -342,11 +352,20 @@ def _run(
                 counted = counting.end(started)
                 runs.append(_ProfiledRun(files, session.last_run_started_ns(), counted))
             progress.update(done)
+    except KeyboardInterrupt:  # Ctrl-C: the runs done so far are kept and shown
+        if files is not None:
+            remove_files(store.written(files))
+        if runs and runs[-1].files == files:
+            runs.pop()  # the one in flight (it may have ended in the middle)
+        if not runs:
+            raise
+        print(f"\ninterrupted: keeping the {_plural(len(runs), 'run')} done", file=err)
+        return runs, True
     except (OrtError, UnsupportedValue) as exc:
         for run in runs:
             remove_files(store.written(run.files))
         raise _ModelFailed(str(exc)) from None
-    return runs
+    return runs, False
 
 
 class _Progress:
@@ -402,6 +421,7 @@ class _Exporting:
 
     def close(self, out: TextIO) -> None:
         """Flush and shut down, report what was sent; ``UserError`` if spans were lost."""
+        print(f"\nsending {_plural(self.traces, 'trace')} to {self.endpoint} ...", file=out)
         self.provider.shutdown()
         summary, lost = delivery_report(self.exporter, self.endpoint, self.traces, self.dropped)
         print(f"\n{summary}", file=out)
@@ -453,7 +473,13 @@ def _keep(
         other_data["trace_id"] = format_trace_id(context.trace_id)
         other_data["span_id"] = format_span_id(context.span_id)
     thread = (threading.get_native_id(), threading.current_thread().name)
-    publish_run(store, run.files, profile, other_data, thread)
+    try:
+        publish_run(store, run.files, profile, other_data, thread)
+    except OSError as exc:
+        raise UserError(
+            f"cannot write profiles in {store.directory} ({exc.strerror or exc}): free some "
+            "space there or choose another --profile-dir"
+        ) from None
     return profile
 
 

@@ -38,7 +38,10 @@ def test_random_inputs_of_every_kind() -> None:
     assert feeds["i"].dtype == np.int32 and 0 <= feeds["i"].min() <= feeds["i"].max() <= 9
     assert feeds["b"].dtype == np.bool_
     assert feeds["s"].shape == (1, 2) and all(isinstance(word, str) for word in feeds["s"].flat)
-    assert "note: input s: unknown dimension ? set to 1; choose with --shape s=D0,2" in lines
+    assert (
+        "note: input s: unknown dimension ? set to 1; choose with --shape, e.g. --shape s=8,2"
+        in lines
+    )
 
 
 def test_a_dimension_name_takes_the_size_given_on_any_input() -> None:

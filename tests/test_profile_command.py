@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +68,10 @@ def test_default_run_prints_tables_and_keeps_one_file_per_run(
     captured = capsys.readouterr()
     out = captured.out
     assert "input x: float32[1,8] random (seed 0)" in out
-    assert "note: input x: unknown dimension batch set to 1; choose with --shape x=batch,8" in out
+    assert (
+        "note: input x: unknown dimension batch set to 1; choose with --shape, e.g. --shape x=8,8"
+        in out
+    )
     assert "1 warm-up run, 10 profiled runs" in out
     assert "open in https://ui.perfetto.dev or Chrome DevTools' Performance panel" in out
     assert f"{mlp}: 10 run(s), 20 node executions" in out
@@ -241,6 +246,9 @@ def test_bad_models_are_one_clear_line(
         (["profile", "{mlp}", "--warmup", "x"], "argument --warmup: 'x' is not a whole number"),
         (["summary", "{mlp}", "--top", "-3"], "argument --top: must be at least 1, got -3"),
         (["convert", "{mlp}", "--max-node-spans", "-1"], "must be at least 0, got -1"),
+        (["profile", "{mlp}", "--otlp-endpoint", "localhost:4317"], "is not an OTLP endpoint"),
+        (["convert", "{mlp}", "--otlp-endpoint", "http://h:99999"], "give http://HOST:PORT"),
+        (["demo", "--otlp-endpoint", "ftp://collector"], "'ftp://collector' is not an OTLP"),
     ],
 )
 def test_bad_counts_are_usage_errors_of_the_command(
@@ -335,3 +343,85 @@ def test_spans_that_do_not_arrive_fail_the_command(
     assert "0 dropped before export, 3 failed to send" in captured.out
     assert f"otel-ort profile: 3 of 3 spans did not reach {endpoint}" in captured.err
     assert len(kept_files(tmp_path / "p")) == 1
+
+
+def test_ctrl_c_keeps_and_shows_the_runs_done(mlp: Path, tmp_path: Path) -> None:
+    """Ctrl-C during the profiled runs: the runs done are kept and tabled, ORT's raw files
+    of the run in flight are removed, no traceback, exit status 130."""
+    directory = tmp_path / "p"
+    otel_ort = Path(sys.executable).with_name("otel-ort")
+    # SIGINT as from a terminal: a background job (CI's shell) starts with it ignored
+    with_sigint = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    arguments = ["profile", str(mlp), "--runs", "1000000", "--profile-dir", str(directory)]
+    process = subprocess.Popen(
+        [sys.executable, "-c", with_sigint, str(otel_ort), *arguments],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not list((directory / ".pending").glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # some runs done
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err and err.rstrip().endswith("otel-ort: interrupted")
+    assert "interrupted: keeping the " in err
+    done = int(out.split(" run(s), ")[0].rsplit(" ", 1)[1])
+    assert done > 0 and len(kept_files(directory)) == min(done, 1000)  # retention: 1000
+    assert not list((directory / ".pending").iterdir())
+
+
+def test_a_bool_scalar_and_an_initializer_given_as_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bool scalar is made up like any input; an initializer that is also a graph input
+    keeps the model's value unless --input gives one."""
+    weight = numpy_helper.from_array(np.full((2,), 2.0, np.float32), "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x", "w"], ["scaled"], name="scale"),
+            helper.make_node("Where", ["flag", "scaled", "x"], ["y"], name="choose"),
+        ],
+        "flagged",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        initializer=[weight],
+    )
+    model = tmp_path / "flagged.onnx"
+    model.write_bytes(
+        helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9
+        ).SerializeToString()
+    )
+    directory = str(tmp_path / "p")
+    assert main(["profile", str(model), "--runs", "1", "--profile-dir", directory]) == 0
+    out = capsys.readouterr().out
+    assert "input flag: bool[] random (seed 0)" in out and "input w:" not in out
+    np.save(tmp_path / "w.npy", np.ones(2, np.float32))
+    arguments = ["--input", f"w={tmp_path / 'w.npy'}", "--profile-dir", directory]
+    assert main(["profile", str(model), "--runs", "1", *arguments]) == 0
+    assert "input w: float32[2] from --input" in capsys.readouterr().out
+    assert (
+        main(
+            [
+                "profile",
+                str(model),
+                "--input",
+                f"v={tmp_path / 'w.npy'}",
+                "--profile-dir",
+                directory,
+            ]
+        )
+        == 1
+    )
+    err = capsys.readouterr().err
+    assert "its inputs: flag, x; initializers it can take: w" in err
