@@ -28,6 +28,15 @@ _PROCESS_TAG = uuid.uuid4().hex[:8]
 _collect_lock = threading.Lock()
 
 
+def _new_lock_in_child() -> None:
+    """A child forked while another thread held the lock (hashing a model) would wait forever."""
+    global _collect_lock  # noqa: PLW0603 (the module's one lock, replaced in the child)
+    _collect_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 @dataclass(frozen=True, slots=True)
 class SessionFacts:
     """Attributes shared by every span and measurement of one session."""

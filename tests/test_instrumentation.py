@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -609,3 +612,44 @@ def test_hooks_with_the_wrong_arity_fail_at_instrument() -> None:
     ):
         OrtInstrumentor().instrument(request_hook=lambda span: None)
     assert not OrtInstrumentor().is_instrumented_by_opentelemetry
+
+
+def test_a_child_forked_while_a_session_is_described_describes_its_own(
+    instrumented: Telemetry,
+) -> None:
+    """Describing a session from bytes hashes the model (GIL released) under a lock; a child
+    forked meanwhile must not wait forever for a lock its parent's thread held."""
+    model = bytes(200 * 2**20)  # hashing takes a few hundred ms: the fork lands inside
+
+    class Described:  # what describing reads of a session made from bytes
+        def __init__(self, model: bytes) -> None:
+            self._model_bytes = model
+            self._providers = ["CPUExecutionProvider"]
+
+        def get_providers(self) -> list[str]:
+            return self._providers
+
+        def get_modelmeta(self) -> object:
+            return type("Meta", (), {"graph_name": "g", "producer_name": ""})()
+
+    hashing = threading.Thread(target=session_facts.facts_for, args=(Described(model),))
+    hashing.start()
+    time.sleep(0.05)
+    pid = os.fork()
+    if pid == 0:  # never returns to pytest
+        status = 1
+        try:
+            session = ort.InferenceSession(
+                numeric_types_model(), providers=["CPUExecutionProvider"]
+            )
+            status = 0 if session_facts.facts_for(session).session_id else 1
+        finally:
+            os._exit(status)
+    hashing.join()
+    deadline = time.monotonic() + 30
+    while (waited := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if waited[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert waited[0] == pid and os.waitstatus_to_exitcode(waited[1]) == 0

@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
 from otel_ort.capi import CSession, SessionConfig
+from otel_ort.profiling import profiler as profiler_module
 from otel_ort.profiling.store import ProfileDirError
 from otel_ort.sampling import Always, EveryNth, Never, Ratio
 from tests.conftest import Telemetry, attrs, held_runs, instrumentation, run_threads
@@ -673,3 +674,31 @@ def test_a_provider_not_the_sdks_gets_the_run_span_and_the_file_kept(
     )
     assert Path(str(run[semconv.PROFILE_FILE])).is_file()
     assert not children_of(telemetry, span)
+
+
+def test_inputs_that_cannot_be_copied_for_the_twin_leave_nothing_waiting(
+    profiling: Telemetry, mlp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first selected run copies its inputs to prime the twin; a copy that fails (no
+    memory) is one internal error, and no place in the worker stays taken: flushes and
+    shutdown do not wait for a build that never comes, and the next selected run builds."""
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    copy = np.array
+
+    def no_memory(value: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("copy") is True:
+            raise MemoryError("no memory for the copy")
+        return copy(value, *args, **kwargs)
+
+    monkeypatch.setattr(profiler_module.np, "array", no_memory)
+    with profile_next_run():
+        expected = session.run(None, X)
+    monkeypatch.undo()
+    assert flush_profiles(timeout=3)  # nothing reserved: at once
+    ready(session, X)
+    with profile_next_run():
+        outputs = session.run(None, X)
+    assert flush_profiles(timeout=60)
+    reasons = [attrs(span).get(semconv.PROFILE_SKIP_REASON) for span in run_spans(profiling)]
+    assert reasons == ["internal_error", "twin_not_ready", None]
+    assert np.array_equal(expected[0], outputs[0])

@@ -352,6 +352,9 @@ class Profiler:
     # -- twins ----------------------------------------------------------------------------
 
     def _start_twin(self, session: Any, feeds: dict[str, Any], output_names: Any) -> Skipped:
+        # copies, before a place is reserved (copying may fail): the caller may reuse or free
+        # its buffers before the worker primes the twin
+        copied = {name: np.array(value, copy=True) for name, value in feeds.items()}
         with self._lock:
             twin = session.__dict__.get(_TWIN_KEY)
             if twin is not None and twin.state != "closed" and twin.matches(self, session):
@@ -367,8 +370,6 @@ class Profiler:
             self._twins.add(twin)
             weakref.finalize(session, _release_twin, weakref.ref(self), twin)
         session_ref = weakref.ref(session)
-        # copies: the caller may reuse or free its buffers before the worker primes the twin
-        copied = {name: np.array(value, copy=True) for name, value in feeds.items()}
         if not self.worker.submit(
             lambda: _guarded(
                 twin, lambda: self._build(twin, session_ref, copied, output_names, attempts)
