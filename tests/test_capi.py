@@ -204,6 +204,20 @@ def test_bytes_array_input_is_unsupported() -> None:
         session.run(feeds)
 
 
+def test_str_array_of_the_other_byte_order_is_unsupported() -> None:
+    """ORT's Python API reads a str array's characters in this machine's byte order, whatever
+    the dtype says: its outputs are not reproducible, so such runs stay on ORT."""
+    swapped = np.array(["\u0100\u0200"], dtype=np.dtype("U2").newbyteorder())
+    feeds = {"s": swapped, "t": np.array(["v"])}
+    ours_would_be = "\u0100\u0200v"
+    assert ort.InferenceSession(capi_models.strings()).run(None, feeds)[0][0] != ours_would_be
+    with (
+        CSession(SessionConfig(capi_models.strings())) as session,
+        pytest.raises(UnsupportedValue, match=r"'s': str arrays of the other byte order"),
+    ):
+        session.run(feeds)
+
+
 def test_no_output_names_means_every_output(mlp_session: CSession) -> None:
     feeds = {"x": np.ones((1, 32), np.float32)}
     assert len(mlp_session.run(feeds, [])) == len(mlp_session.output_names) == 1

@@ -519,6 +519,27 @@ def test_options_the_twin_cannot_know_make_the_session_unprofilable(
     assert "add_initializer" in details[1]
 
 
+def test_options_changed_while_not_instrumented_make_the_session_unprofilable(
+    telemetry: Telemetry, profile_dir: Path, mlp_path: Path
+) -> None:
+    """Options made in an earlier instrument(), then changed while uninstrumented: the
+    change was not seen, so their history is not whole (the twin would run without it)."""
+    with instrumentation(**telemetry.providers, profile_dir=str(profile_dir)):
+        options = ort.SessionOptions()
+    options.add_free_dimension_override_by_name("batch", 3)  # not seen
+    with instrumentation(**telemetry.providers, profile_dir=str(profile_dir)):
+        session = ort.InferenceSession(mlp_path, options, providers=CPU)
+        feeds = {"x": X["x"][:1].repeat(3, axis=0)}
+        ready(session, feeds)
+        with profile_next_run():
+            session.run(None, feeds)
+    _, span = run_spans(telemetry)
+    assert attrs(span)[semconv.PROFILE_SKIP_REASON] == semconv.SKIP_TWIN_UNAVAILABLE
+    assert "SessionOptions was created before instrument()" in str(
+        attrs(span)[semconv.PROFILE_SKIP_DETAIL]
+    )
+
+
 def test_options_changed_after_a_session_was_made_stay_out_of_its_twin(
     profiling: Telemetry, mlp_path: Path
 ) -> None:

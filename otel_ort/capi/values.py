@@ -190,6 +190,11 @@ class ValueCodec:
             raise UnsupportedOutput(f"output {name!r}: tensor is in device memory ({device[0]})")
 
     def _element_of(self, name: str, dtype: np.dtype[Any]) -> int:
+        if dtype.kind == "U" and not dtype.isnative:
+            raise UnsupportedValue(
+                f"input {name!r}: str arrays of the other byte order ({dtype}) are not taken, "
+                "as ONNX Runtime's Python API reads their characters in this machine's order"
+            )
         if dtype.kind in "OU":  # not cached: each string length is a dtype of its own
             return STRING
         if dtype.kind == "S":

@@ -77,10 +77,13 @@ def install_recorders(module: Any) -> None:
 
 
 def uninstall_recorders() -> None:
-    """Put ORT's methods back."""
+    """Put ORT's methods back, and forget what was recorded: calls made on those options
+    objects from now on are not seen, so their history is no longer whole."""
     while _originals:
         (cls, name), original = _originals.popitem()
         setattr(cls, name, original)
+    with _recorded_lock:
+        _RECORDED.clear()
 
 
 def _recorder(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
@@ -210,7 +213,19 @@ def _unchanged(path: str, identity: tuple[int, ...] | None) -> str:
 
 def _changed_since_start(path: Any) -> str:
     """For a session created before ``instrument()``: why its file may have changed since it
-    was read, or ``""``."""
+    was read, or ``""``. A relative path (the working directory may have changed since) or
+    one through a symbolic link (it may point elsewhere now: a rollback to an older model)
+    may name another file, whatever its times say."""
+    try:
+        moved = not os.path.isabs(path) or os.path.realpath(path) != os.path.abspath(path)
+    except (TypeError, ValueError) as exc:
+        return f"its model path cannot be read ({exc}): a twin could not load the same model"
+    if moved:
+        return (
+            f"it was created before instrument() from {os.fspath(path)!r}, a relative path or "
+            "one through a symbolic link, which may name another file now: create the "
+            "session after instrument()"
+        )
     if _PROCESS_START is None:
         return (
             "it was created before instrument(), and this process's start time cannot be "
