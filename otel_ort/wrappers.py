@@ -263,7 +263,11 @@ class RunTelemetry:
             except Exception:
                 report_failure("could not describe the inputs of a run")
             if self._request_hook is not None:
-                _call_hook("request_hook", self._request_hook, span, session, feeds)
+                try:
+                    _call_hook("request_hook", self._request_hook, span, session, feeds)
+                except BaseException:  # KeyboardInterrupt in the hook: no run, no open span
+                    span.end()
+                    raise
         return span, facts
 
     def _finish_profiled(
@@ -308,8 +312,11 @@ class RunTelemetry:
         """End the run span (calling ``response_hook`` after a success) and record its duration;
         a ``profiled`` run's span is left for the profiler to end.
 
-        Never raises: the caller is about to return ORT's result or re-raise ORT's exception.
+        Never raises but what ``response_hook`` raises that is not an ``Exception``
+        (KeyboardInterrupt): the caller is about to return ORT's result or re-raise ORT's
+        exception.
         """
+        ended = profiled
         try:
             if facts is not UNKNOWN_SESSION and facts.providers_list is not getattr(
                 session, "_providers", facts.providers_list
@@ -326,10 +333,12 @@ class RunTelemetry:
                 metric_attributes = {**facts.metric_attributes, semconv.ERROR_TYPE: error_type}
             if not profiled:
                 span.end()
+                ended = True
             self._duration.record(duration, metric_attributes)
         except Exception:
             report_failure("could not end a run span")
-            if not profiled and getattr(span, "end_time", None) is None:  # not ended yet
+        finally:
+            if not ended:
                 with contextlib.suppress(Exception):
                     span.end()
 

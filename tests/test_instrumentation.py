@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -344,6 +345,31 @@ def test_failing_hooks_never_break_the_run(telemetry: Telemetry, mlp_path: Path)
     after = failure_counts()
     for hook in ("request_hook raised", "response_hook raised"):
         assert after[hook] == before.get(hook, 0) + 1
+
+
+@pytest.mark.parametrize("hook", ["request_hook", "response_hook"])
+def test_ctrl_c_in_a_hook_reaches_the_caller_and_ends_the_span(
+    telemetry: Telemetry, mlp_path: Path, hook: str
+) -> None:
+    """KeyboardInterrupt is the user's, not a hook bug: it goes on, and the span still ends."""
+
+    def interrupted(span, session, data) -> None:
+        raise KeyboardInterrupt
+
+    started: list[int] = []
+
+    class Starts(SpanProcessor):
+        def on_start(self, span: Any, parent_context: Any = None) -> None:
+            if span.name == semconv.SPAN_RUN:
+                started.append(span.context.span_id)
+
+    telemetry.tracer_provider.add_span_processor(Starts())
+    with instrumentation(**telemetry.providers, **{hook: interrupted}):
+        session = cpu_session(mlp_path)
+        with pytest.raises(KeyboardInterrupt):
+            session.run(None, {"x": X})
+    assert len(started) == 1
+    assert [span.context.span_id for span in telemetry.spans(semconv.SPAN_RUN)] == started
 
 
 @pytest.mark.parametrize(
