@@ -118,17 +118,37 @@ def parse_options(kwargs: Mapping[str, Any]) -> Options:
 
 
 def _profiling_options(kwargs: Mapping[str, Any]) -> ProfilingOptions:
-    """The ``profile_*`` and ``perf_*`` options, each falling back to its variable."""
-    mode = _parsed(kwargs, "profile_mode", _mode) or "twin"
-    sampler = _parsed(kwargs, "profile_sampler", _sampler) or Never()
-    directory = _parsed(kwargs, "profile_dir", _directory if mode != "off" else _path)
+    """The ``profile_*`` and ``perf_*`` options, each falling back to its variable. Every
+    argument is checked even when a variable is bad (``SettingError``, naming each bad one,
+    after the arguments' own errors)."""
+    bad: list[str] = []
+
+    def parsed(key: str, parse: Callable[[Any, str], T]) -> T | None:
+        try:
+            return _parsed(kwargs, key, parse)
+        except SettingError as exc:
+            bad.append(str(exc))
+            return None
+
+    mode = parsed("profile_mode", _mode) or "twin"
+    sampler = parsed("profile_sampler", _sampler) or Never()
+    # the directory is made only for a profiling that will run
+    directory = parsed("profile_dir", _directory if mode != "off" and not bad else _path)
+    max_files = parsed("profile_max_files", _positive) or DEFAULT_MAX_FILES
+    max_bytes = parsed("profile_max_bytes", _positive) or DEFAULT_MAX_BYTES
+    try:
+        perf = perf_options(kwargs)
+    except SettingError as exc:
+        bad.append(str(exc))
+    if bad:
+        raise SettingError("; ".join(bad))
     return ProfilingOptions(
         sampler=sampler,
         directory=directory,
-        max_files=_parsed(kwargs, "profile_max_files", _positive) or DEFAULT_MAX_FILES,
-        max_bytes=_parsed(kwargs, "profile_max_bytes", _positive) or DEFAULT_MAX_BYTES,
+        max_files=max_files,
+        max_bytes=max_bytes,
         mode=mode,
-        perf=perf_options(kwargs),
+        perf=perf,
     )
 
 

@@ -204,6 +204,21 @@ def test_a_bad_variable_is_logged_naming_it_and_profiling_is_off(
     assert "runs are traced but not profiled" in caplog.text
 
 
+def test_a_bad_variable_does_not_stop_the_arguments_being_checked(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("OTEL_ORT_PROFILE_SAMPLER", "sometimes")
+    with pytest.raises(ValueError, match=r"profile_max_files=...\) must be a whole number"):
+        parse_options({"profile_max_files": 0})
+    monkeypatch.setenv("OTEL_ORT_PROFILE_MODE", "serv")
+    directory = tmp_path / "never-made"
+    with caplog.at_level("ERROR", logger="otel_ort"):
+        options = parse_options({"profile_dir": str(directory)})
+    assert options.profiling.mode == "off" and not directory.exists()
+    assert "$OTEL_ORT_PROFILE_MODE is 'serv'" in caplog.text  # both named, in one line
+    assert "unknown profile sampler 'sometimes'" in caplog.text
+
+
 @pytest.mark.parametrize("value", ["default", "Default", "true", "ON", "1"])
 def test_perf_events_variable_spellings_of_the_defaults(
     value: str, monkeypatch: pytest.MonkeyPatch
