@@ -469,6 +469,8 @@ def configure(
     traces_export = _exports("OTEL_TRACES_EXPORTER") if set_global else True
     if metrics_export is None:
         metrics_export = _exports("OTEL_METRICS_EXPORTER") if set_global else True
+    # first: a bad metrics protocol must fail before any exporter thread starts
+    metric_protocol = _protocol(protocol, "metrics") if metrics_export else chosen
     resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
     target = _target(chosen, endpoint, "traces")
     endpoints: list[Endpoint] = []
@@ -487,7 +489,6 @@ def configure(
         tracer_provider.add_span_processor(processors[-1])
     readers = list(metric_readers)
     if metrics_export:  # last: its reader starts a thread
-        metric_protocol = _protocol(protocol, "metrics")
         inner = _otlp_exporter("metrics", metric_protocol, endpoint, header_dict, insecure)
         endpoints.append(Endpoint(_target(metric_protocol, endpoint, "metrics")))
         metric_exporter = _EndpointMetricExporter(cast(MetricExporter, inner), endpoints[-1])

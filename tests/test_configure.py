@@ -135,6 +135,17 @@ def test_a_bad_batch_size_variable_falls_back_to_the_sdk_default(
     assert "OTEL_BSP_MAX_EXPORT_BATCH_SIZE='abc' is not a whole number >= 1" in caplog.text
 
 
+def test_a_bad_metrics_protocol_fails_before_any_exporter_thread_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/json")
+    before = threading.active_count()
+    for _ in range(3):
+        with pytest.raises(ValueError, match="OTLP protocol 'http/json' is not supported"):
+            configure(endpoint=f"http://127.0.0.1:{free_port()}", set_global=False)
+    assert threading.active_count() == before
+
+
 def test_a_profile_burst_does_not_evict_request_spans(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
