@@ -326,3 +326,27 @@ def test_a_worker_whose_thread_cannot_start_refuses_jobs_then_recovers(
     done: list[int] = []
     assert worker.submit(functools.partial(done.append, 1))
     assert worker.drain(timeout=10) and done == [1] and worker.stop(timeout=10)
+
+
+def test_stop_before_the_thread_started_runs_the_job_of_a_reserved_place() -> None:
+    """A first profiled run racing the shutdown: stop() waits for the job its place was
+    promised to (within its timeout), runs it, and only then reports the worker stopped."""
+    worker = Worker("test-worker", max_pending=10)
+    reserved = threading.Event()
+    done: list[str] = []
+
+    def first_profiled_run() -> None:  # the same thread reserves, then submits
+        assert worker.reserve()
+        reserved.set()
+        time.sleep(0.2)  # the run, during which stop() is called
+        worker.submit(lambda: done.append("converted"), reserved=True)
+
+    run = threading.Thread(target=first_profiled_run)
+    run.start()
+    assert reserved.wait(timeout=10)
+    assert worker.stop(timeout=10)
+    run.join()
+    assert done == ["converted"]
+    never = Worker("test-worker", max_pending=10)
+    assert never.reserve()
+    assert not never.stop(timeout=0.1)  # its job never came: said, not hidden

@@ -723,3 +723,20 @@ def test_inputs_that_cannot_be_copied_for_the_twin_leave_nothing_waiting(
     reasons = [attrs(span).get(semconv.PROFILE_SKIP_REASON) for span in run_spans(profiling)]
     assert reasons == ["internal_error", "twin_not_ready", None]
     assert np.array_equal(expected[0], outputs[0])
+
+
+def test_a_run_after_shutdown_says_profiling_was_shut_down(
+    profiling: Telemetry, mlp_path: Path
+) -> None:
+    """At exit the profiler shuts down before the interpreter's threads stop: their later
+    selected runs run normally and say why they were not profiled."""
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    ready(session, X)
+    profiler = OrtInstrumentor()._profiler
+    assert profiler is not None
+    profiler.shutdown(timeout=10)  # as before the interpreter's atexit handlers
+    with profile_next_run():
+        session.run(None, X)
+    run = attrs(run_spans(profiling)[-1])
+    assert run[semconv.PROFILE_SKIP_REASON] == semconv.SKIP_UNAVAILABLE
+    assert run[semconv.PROFILE_SKIP_DETAIL] == "otel-ort's profiling was shut down"

@@ -317,6 +317,8 @@ class Profiler:
         the worker to build one when the session has none)."""
         if self._unavailable:
             return semconv.SKIP_UNAVAILABLE, self._unavailable
+        if self._shut_down:  # runs of other threads at exit, or during uninstrument()
+            return semconv.SKIP_UNAVAILABLE, "otel-ort's profiling was shut down"
         twin: Twin | None = session.__dict__.get(_TWIN_KEY)
         if twin is None or twin.state == "closed" or not twin.matches(self, session):
             return self._start_twin(session, feeds, output_names)

@@ -18,6 +18,7 @@ parent) nor its thread (gone in the child): ``reset_after_fork`` starts afresh.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -121,13 +122,20 @@ class Worker:
     def stop(self, timeout: float | None = None) -> bool:
         """Run what is queued or reserved, then end the thread; ``False`` if it did not end in
         time."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._condition:
             self._stopping = True
             self._condition.notify_all()
+            if self._thread is None:  # a job for a reserved place may yet start it
+                self._condition.wait_for(
+                    lambda: self._thread is not None or not self._reserved, timeout
+                )
             thread = self._thread
-        if thread is None or thread is threading.current_thread():
+        if thread is None:
+            return not self._reserved
+        if thread is threading.current_thread():
             return True
-        thread.join(timeout)
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not thread.is_alive()
 
     @property
