@@ -39,7 +39,7 @@ from otel_ort.session_facts import (
 from otel_ort.version import __version__
 
 if TYPE_CHECKING:
-    from otel_ort.profiling.profiler import Profiled, Profiler
+    from otel_ort.profiling.profiler import Profiled, Profiler, Skipped
 
 Args = tuple[Any, ...]
 Kwargs = dict[str, Any]
@@ -133,6 +133,7 @@ class RunTelemetry:
                 report_failure("could not start a run span")
                 return wrapped(*args, **kwargs)
             start = perf_counter()
+            profiled = None
             if self._profiler is not None:
                 try:
                     profiled = _profile(
@@ -141,15 +142,15 @@ class RunTelemetry:
                 except BaseException as exc:  # KeyboardInterrupt, SystemExit during the run
                     self._finish(span, facts, session, perf_counter() - start, exc)
                     raise
-                if profiled is not None:
+                if profiled is not None and not isinstance(profiled, tuple):
                     outputs = (
                         outputs_of(args, kwargs, profiled.outputs) if self._response_hook else None
                     )
                     self._finish_profiled(span, facts, session, start, profiled, outputs)
                     return profiled.outputs
                 start = perf_counter()
-            try:
-                if self._run_unprofiled is None:
+            try:  # a selected run not profiled goes to ORT: the twin could not take it
+                if self._run_unprofiled is None or profiled is not None:
                     result = wrapped(*args, **kwargs)
                 else:
                     result = self._run_unprofiled(wrapped, session, method, args, kwargs)
@@ -351,22 +352,23 @@ def _profile(
     method: str,
     args: Args,
     kwargs: Kwargs,
-) -> Profiled | None:
+) -> Profiled | Skipped | None:
     """The run executed on the twin, profiled, if the profiler selects it (in the caller's
-    ``current`` context) and can; else ``None``, and the caller runs ORT as usual."""
+    ``current`` context) and can; else why not (selected: the caller runs ORT itself) or
+    ``None`` (not selected: the caller runs the session as usual)."""
     try:
         if not profiler.selects(span, current):
             return None
         outcome = profiler.attempt(session, method, args, kwargs)
         if isinstance(outcome, tuple):
             profiler.record_skip(span, outcome)
-            return None
         return outcome
     except Exception as exc:
         report_failure("could not profile a run")
+        skipped = (semconv.SKIP_INTERNAL, repr(exc))
         with contextlib.suppress(Exception):
-            profiler.record_skip(span, (semconv.SKIP_INTERNAL, repr(exc)))
-        return None
+            profiler.record_skip(span, skipped)
+        return skipped
 
 
 def _after_fallback(span: Span, session: Any) -> SessionFacts:

@@ -131,6 +131,30 @@ def test_runs_the_twin_cannot_take_go_to_the_session_unchanged(
     assert session_runs.runs == 3 and serve_fallbacks(serving) == 1
 
 
+def test_a_profiled_run_the_twin_fails_goes_to_the_session_once(
+    serving: Telemetry, mlp_path: Path
+) -> None:
+    """Selected for profiling, failed on the twin (twin_error): ORT's own run gives the
+    caller ORT's error, without a second try on the twin as a served run."""
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    session_runs = served(session, X)
+    twin = session.__dict__["_otel_ort_twin"]
+    twin_runs: list[bool] = []
+    twin_run = twin.run
+
+    def watched_twin_run(*args: Any, **kwargs: Any) -> Any:
+        twin_runs.append(True)
+        return twin_run(*args, **kwargs)
+
+    twin.run = watched_twin_run
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument), profile_next_run():
+        session.run(None, {"x": X["x"].astype(np.float64)})
+    assert len(twin_runs) == 1 and session_runs.runs == 1 and serve_fallbacks(serving) == 0
+    assert attrs(serving.spans(semconv.SPAN_RUN)[-1])[semconv.PROFILE_SKIP_REASON] == (
+        semconv.SKIP_TWIN_ERROR
+    )
+
+
 def test_runs_with_run_options_the_twin_reproduces_are_served(
     serving: Telemetry, mlp_path: Path
 ) -> None:
