@@ -74,7 +74,10 @@ def _main(argv: list[str] | None) -> int:
         help="where the model, spans, profiles and report go (default: ./otel-ort-demo)",
     )
     demo.add_argument(
-        "--requests", type=_at_least(1), default=20, help="number of requests (default 20)"
+        "--requests",
+        type=_at_least(6),
+        default=20,
+        help="number of requests (default 20; at least 6: every fifth run is profiled)",
     )
     demo.add_argument(
         "--otlp-endpoint",
@@ -128,6 +131,13 @@ def _main(argv: list[str] | None) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from otel_ort.demo import run_demo
 
+    if args.output_dir.exists() and not args.output_dir.is_dir():
+        print(
+            f"otel-ort demo: {args.output_dir} is a file, not a directory; choose another "
+            "--output-dir",
+            file=sys.stderr,
+        )
+        return 1
     try:
         lost = run_demo(args.output_dir, args.requests, otlp_endpoint=args.otlp_endpoint)
     except OSError as exc:

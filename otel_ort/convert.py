@@ -83,14 +83,14 @@ def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | N
         try:
             profile = read_profile(path)
         except ProfileError as exc:
-            print(f"{prefix}: skipped: {exc.problem}", file=out)
+            print(f"{prefix}: skipped: {exc.problem}", file=sys.stderr)
             failed += 1
             continue
         dropped = _send(profile, builder, delivery, prefix, out)
         traces += len(profile.runs)
         all_dropped += dropped
     provider.shutdown()
-    if memory is not None:
+    if memory is not None and memory.get_finished_spans():
         print(render_span_tree(memory.get_finished_spans()), file=out)
     if file is not None and file.failed:
         print(

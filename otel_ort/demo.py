@@ -96,13 +96,17 @@ def run_demo(
     print("\nRun latency, from the onnxruntime.run.duration histogram:\n", file=out)
     print(_latency_table(telemetry.metrics), file=out)
     print("\nRuns selected for profiling, from the onnxruntime.profile.runs counter:\n", file=out)
-    print(_outcome_table(telemetry.metrics), file=out)
-    print(
-        "(twin_not_ready: the first selected run starts building the session's profiling twin;"
-        "\n twin_error: the twin failed, as the bad request does, and ORT's own run then raised"
-        " as usual)",
-        file=out,
-    )
+    outcomes = _outcome_table(telemetry.metrics)
+    print(outcomes, file=out)
+    notes = {
+        semconv.SKIP_TWIN_NOT_READY: "the first selected run starts building the session's "
+        "profiling twin",
+        semconv.SKIP_TWIN_ERROR: "the twin failed, as the bad request does, and ORT's own run "
+        "then raised as usual",
+    }
+    said = [f"{outcome}: {note}" for outcome, note in notes.items() if outcome in outcomes]
+    if said:
+        print("(" + ";\n ".join(said) + ")", file=out)
     print(f"\nmodel:    {model_path}", file=out)
     print(f"spans:    {spans_path}  (OTLP/JSON lines, one export batch per line)", file=out)
     if profiled:

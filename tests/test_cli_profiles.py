@@ -102,10 +102,10 @@ def test_convert_reports_bad_files_and_goes_on(
     cut = tmp_path / "cut.json"
     cut.write_text(real_profile.read_text()[:-400])
     assert main(["convert", str(empty), str(cut), "--output", str(tmp_path / "o.jsonl")]) == 1
-    out = capsys.readouterr().out
-    assert f"[1/2] {empty}: skipped: is empty (0 bytes)" in out
+    out, err = capsys.readouterr()
+    assert f"[1/2] {empty}: skipped: is empty (0 bytes)" in err
     assert f"[2/2] {cut}: 2 run(s)" in out and "TRUNCATED file: complete events only" in out
-    assert "Traceback" not in out
+    assert "Traceback" not in out + err
 
 
 def test_convert_says_what_max_node_spans_left_out(

@@ -60,7 +60,7 @@ def test_demo_rejects_bad_arguments() -> None:
     )  # fmt: skip
     assert completed.returncode == 2
     assert "usage: otel-ort demo" in completed.stderr
-    assert "argument --requests: must be at least 1, got 0" in completed.stderr
+    assert "argument --requests: must be at least 6, got 0" in completed.stderr
 
 
 def test_demo_sends_the_same_spans_over_otlp(tmp_path: Path) -> None:
@@ -87,15 +87,35 @@ def test_demo_says_when_spans_do_not_reach_the_endpoint(tmp_path: Path) -> None:
         probe.bind(("127.0.0.1", 0))
         endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
     completed = subprocess.run(
-        [str(Path(sys.executable).with_name("otel-ort")), "demo", "--requests", "3",
+        [str(Path(sys.executable).with_name("otel-ort")), "demo", "--requests", "6",
          "--output-dir", str(tmp_path), "--otlp-endpoint", endpoint],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert completed.returncode == 1, completed.stderr
     verdict = completed.stdout.split(f"OTLP:     spans and metrics to {endpoint}: ")[1]
-    assert re.match(r"(\d+) spans not sent \(requests: \1 export failed\)", verdict), verdict
+    counted = re.match(
+        r"(\d+) spans not sent \(profiles: (\d+) export failed, requests: (\d+) export failed\)",
+        verdict,
+    )
+    assert counted, verdict
+    total, profiles, requests = map(int, counted.groups())
+    assert total == profiles + requests and profiles > 0
     assert "otel-ort demo: " in completed.stderr
     assert f"spans did not reach {endpoint}: is a collector listening there?" in completed.stderr
+
+
+def test_demo_says_an_output_dir_that_is_a_file_is_not_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    completed = subprocess.run(
+        [str(Path(sys.executable).with_name("otel-ort")), "demo", "--output-dir",
+         str(tmp_path / "file")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 1
+    assert completed.stderr == (
+        f"otel-ort demo: {tmp_path / 'file'} is a file, not a directory; choose another "
+        "--output-dir\n"
+    )
 
 
 def test_demo_names_an_output_dir_it_cannot_write(tmp_path: Path) -> None:
