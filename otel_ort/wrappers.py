@@ -149,7 +149,7 @@ class RunTelemetry:
                     self._finish_profiled(span, facts, session, start, profiled, outputs)
                     return profiled.outputs
                 start = perf_counter()
-            try:  # a selected run not profiled goes to ORT: the twin could not take it
+            try:  # a selected run not profiled goes to ORT's own session, not to the twin
                 if self._run_unprofiled is None or profiled is not None:
                     result = wrapped(*args, **kwargs)
                 else:
