@@ -25,7 +25,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
 from otel_ort.capi import CSession, SessionConfig
-from otel_ort.profiling import profiler as profiler_module
 from otel_ort.profiling.store import ProfileDirError
 from otel_ort.sampling import Always, EveryNth, Never, Ratio
 from tests.conftest import Telemetry, attrs, held_runs, instrumentation, run_threads
@@ -711,7 +710,7 @@ def test_inputs_that_cannot_be_copied_for_the_twin_leave_nothing_waiting(
             raise MemoryError("no memory for the copy")
         return copy(value, *args, **kwargs)
 
-    monkeypatch.setattr(profiler_module.np, "array", no_memory)
+    monkeypatch.setattr(np, "array", no_memory)  # the profiler's copy of the feeds
     with profile_next_run():
         expected = session.run(None, X)
     monkeypatch.undo()
