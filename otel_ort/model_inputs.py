@@ -183,12 +183,14 @@ def build_feeds(
     arrays: Mapping[str, Any],
 ) -> tuple[dict[str, Any], list[str]]:
     """The feeds for ``specs`` and a line describing each input (and notes)."""
-    known = {spec.name for spec in specs}
-    for option, names in (("--shape", shapes), ("--input", arrays)):
+    inputs = [spec.name for spec in specs if not spec.initializer]
+    initializers = [spec.name for spec in specs if spec.initializer]  # their values: --input
+    for option, names, known in (
+        ("--shape", shapes, inputs),
+        ("--input", arrays, inputs + initializers),
+    ):
         for name in names:
             if name not in known:
-                inputs = [spec.name for spec in specs if not spec.initializer]
-                initializers = [spec.name for spec in specs if spec.initializer]
                 also = f"; initializers it can take: {', '.join(initializers)}" * bool(initializers)
                 raise InputError(
                     f"{option} names input {name!r}, which the model does not have; "
@@ -214,7 +216,7 @@ def build_feeds(
             feeds[spec.name] = arrays[spec.name]
             lines.append(f"input {spec.name}: {described(feeds[spec.name])} from --input")
             continue
-        if spec.initializer and spec.name not in shapes:
+        if spec.initializer:
             continue  # the model's own value
         dims, note = _resolved_dims(spec, shapes.get(spec.name), sizes)
         try:
