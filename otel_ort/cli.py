@@ -246,7 +246,7 @@ def _profile(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         shapes=args.shape,
         inputs=args.input,
-        profile_dir=args.profile_dir or DEFAULT_PROFILE_DIR,
+        profile_dir=DEFAULT_PROFILE_DIR if args.profile_dir is None else args.profile_dir,
         max_files=args.max_files,
         otlp_endpoint=args.otlp_endpoint,
         protocol=args.protocol,

@@ -37,6 +37,7 @@ from otel_ort.export import OtlpJsonFileSpanExporter
 from otel_ort.instrumentation import OrtInstrumentor, flush_profiles
 from otel_ort.pipeline import Telemetry, configure
 from otel_ort.profiling.chrome import VIEWERS
+from otel_ort.profiling.store import ProfileDirError, prepare_dir
 from otel_ort.report import write_report
 from otel_ort.sampling import EveryNth, profile_next_run
 from otel_ort.tables import format_table
@@ -66,6 +67,10 @@ def run_demo(
     ``otlp_endpoint`` (0 without one)."""
     out = out or sys.stdout
     output_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        profile_dir = prepare_dir(str(output_dir / "profiles"))
+    except ProfileDirError as exc:
+        raise ProfileDirError(f"--output-dir: the profiles' {exc}") from None
     model_path = output_dir / "mlp.onnx"
     model_path.write_bytes(mlp_model(width=256, depth=6))
     spans_path = output_dir / "spans.otlp.jsonl"
@@ -77,7 +82,7 @@ def run_demo(
         tracer_provider=telemetry.tracer_provider,
         meter_provider=telemetry.meter_provider,
         profile_sampler=EveryNth(PROFILE_EVERY),
-        profile_dir=output_dir / "profiles",
+        profile_dir=profile_dir,
     )
     try:
         _serve(model_path, telemetry.tracer_provider.get_tracer("otel_ort.demo"), requests, out)

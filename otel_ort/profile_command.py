@@ -315,7 +315,7 @@ def _warm_up(
 ) -> None:
     """The unprofiled warm-up runs, then a profiled run that is not kept: ORT starts its
     profiler on a session's first one (about a millisecond), which is no run's time."""
-    files = store.new_run()
+    files = store.scratch_run()
     progress = _Progress(runs, err, "warm-up")
     try:
         for done in range(1, runs + 1):

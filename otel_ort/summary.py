@@ -36,6 +36,9 @@ def summarize(profiles: Sequence[Profile], top: int = 15, title: str | None = No
     incomplete = sum(not run.complete for run in runs)
     if incomplete:
         lines[0] += f"  ({incomplete} run(s) incomplete: the file ends before they do)"
+    if not nodes:
+        lines.append("no node ran: the model's outputs are its inputs or initializers")
+        return "\n".join(lines)
     own = [time for run in runs for time in self_times(run.nodes)]
     nested = any(time != node.dur for node, time in zip(nodes, own, strict=True))
     if nested:

@@ -130,3 +130,19 @@ def test_demo_names_an_output_dir_it_cannot_write(tmp_path: Path) -> None:
         f"otel-ort demo: cannot write {tmp_path / 'file' / 'out'}: Not a directory; choose "
         "another --output-dir\n"
     )
+
+
+def test_demo_names_a_profile_dir_it_must_not_use(tmp_path: Path) -> None:
+    (tmp_path / "open").mkdir()
+    (tmp_path / "open").chmod(0o777)
+    completed = subprocess.run(
+        [str(Path(sys.executable).with_name("otel-ort")), "demo", "--output-dir",
+         str(tmp_path / "open" / "out")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 1
+    assert completed.stderr.startswith(
+        f"otel-ort demo: --output-dir: the profiles' directory "
+        f"'{tmp_path / 'open' / 'out' / 'profiles'}' is inside '{tmp_path / 'open'}', which "
+        "anyone can write"
+    )

@@ -90,6 +90,9 @@ def test_default_run_prints_tables_and_keeps_one_file_per_run(
     files = kept_files(directory)
     assert len(files) == 10
     assert not list((directory / ".pending").iterdir())  # ORT's own files are gone
+    listed = [line.split() for line in out.splitlines() if line.startswith("  run ")]
+    for number, (_, run, *_, name) in enumerate(listed, start=1):  # run N is file N
+        assert run == str(number) and name.endswith(f"-{number}.json"), name
     for path in files:
         assert str(path) in out
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -136,6 +139,26 @@ def test_perf_off_counts_nothing(
     assert "perf counters per op type" not in out
     for path in kept_files(directory):
         assert counters(read_profile(path).events).aliases == []
+
+
+def test_a_model_without_nodes_says_so_not_empty_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    graph = helper.make_graph(
+        [],
+        "no nodes",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2])],
+        initializer=[numpy_helper.from_array(np.ones(2, np.float32), "c")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    path = tmp_path / "constant.onnx"
+    path.write_bytes(model.SerializeToString())
+    assert main(["profile", str(path), "--runs", "2", "--profile-dir", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert f"{path}: 2 run(s), 0 node executions" in out
+    assert "no node ran: the model's outputs are its inputs or initializers" in out
+    assert "Per op type" not in out and "| node |" not in out
 
 
 def test_shape_sets_symbolic_dims(
@@ -220,6 +243,26 @@ def test_bad_inputs_are_one_clear_line(
     assert err.startswith("otel-ort profile: ") and err.count("\n") == 1
     assert message.replace("DIR", str(wrong_inputs)) in err
     assert not directory.exists()
+
+
+@pytest.mark.parametrize(
+    ("directory", "message"),
+    [
+        ("", "--profile-dir: is empty: give a directory, or leave it out for the default"),
+        ("DIR/open/p", "--profile-dir: directory 'DIR/open/p' is inside 'DIR/open', which anyone "
+                       "can write"),
+    ],
+)  # fmt: skip
+def test_a_profile_dir_it_must_not_use_is_one_clear_line(
+    mlp: Path, tmp_path: Path, directory: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "open").mkdir()
+    (tmp_path / "open").chmod(0o777)
+    directory = directory.replace("DIR", str(tmp_path))
+    assert main(["profile", str(mlp), "--profile-dir", directory]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"otel-ort profile: {message.replace('DIR', str(tmp_path))}")
+    assert err.count("\n") == 1
 
 
 @pytest.mark.parametrize(

@@ -163,6 +163,7 @@ def test_default_is_no_profiling(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"profile_sampler": 0.5}, TypeError, "must be an otel_ort.sampling sampler"),
         ({"profile_sampler": "ratio:7"}, ValueError, "between 0 and 1"),
         ({"profile_dir": 3}, TypeError, "profile_dir=...\\) must be a path"),
+        ({"profile_dir": ""}, ValueError, "profile_dir=...\\): is empty: give a directory"),
         ({"profile_max_files": 0}, ValueError, "must be a whole number >= 1"),
         ({"profile_max_bytes": 1.5}, ValueError, "must be a whole number >= 1"),
         ({"profile_max_files": "3"}, TypeError, "profile_max_files=...\\) must be an int, got str"),

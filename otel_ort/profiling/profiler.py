@@ -452,9 +452,10 @@ class Profiler:
             _logger.warning("otel-ort: runs of %s cannot be profiled: %s", model, exc)
             return None
         except (ProfileDirError, OSError) as exc:  # every session's
-            twin.fail(str(exc))
-            self._unavailable = str(exc)
-            _logger.warning("otel-ort: runs cannot be profiled: %s", exc)
+            reason = f"profile_dir: {exc}" if isinstance(exc, ProfileDirError) else str(exc)
+            twin.fail(reason)
+            self._unavailable = reason
+            _logger.warning("otel-ort: runs cannot be profiled: %s", reason)
             return None
         # a session profiling itself must run every run: its file must hold them all
         serves = self.serve_mode and not session.get_session_options().enable_profiling

@@ -53,6 +53,8 @@ def default_profile_dir() -> str:
 
 def prepare_dir(directory: str) -> str:
     """Create ``directory`` (0700) or check an existing one; return its absolute path."""
+    if not directory:
+        raise ProfileDirError("is empty: give a directory, or leave it out for the default")
     path = os.path.abspath(os.path.expanduser(directory))
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -63,25 +65,25 @@ def prepare_dir(directory: str) -> str:
             (f": {str(p)!r} is a file" for p in pathlib.Path(path).parents if p.is_file()), ""
         )
         raise ProfileDirError(
-            f"profile_dir {path!r} cannot be created ({exc.strerror}{where}); "
+            f"directory {path!r} cannot be created ({exc.strerror}{where}); "
             "choose a directory you can write"
         ) from None
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
         raise ProfileDirError(
-            f"profile_dir {path!r} is a symbolic link; refusing it (another user could redirect "
+            f"directory {path!r} is a symbolic link; refusing it (another user could redirect "
             f"profiles through it): pass the real directory, {os.path.realpath(path)!r}"
         )
     if not stat.S_ISDIR(info.st_mode):
-        raise ProfileDirError(f"profile_dir {path!r} exists and is not a directory")
+        raise ProfileDirError(f"directory {path!r} exists and is not a directory")
     if info.st_uid != os.getuid():
         raise ProfileDirError(
-            f"profile_dir {path!r} is owned by uid {info.st_uid}, not by this user "
+            f"directory {path!r} is owned by uid {info.st_uid}, not by this user "
             f"(uid {os.getuid()}); use a directory of your own"
         )
     if info.st_mode & 0o077:
         raise ProfileDirError(
-            f"profile_dir {path!r} is open to other users (mode {stat.filemode(info.st_mode)}); "
+            f"directory {path!r} is open to other users (mode {stat.filemode(info.st_mode)}); "
             f"profiles describe your model: run `chmod 700 {path}` or use another directory"
         )
     _check_parents(path)
@@ -93,7 +95,7 @@ def prepare_dir(directory: str) -> str:
         os.unlink(probe)
     except OSError as exc:
         raise ProfileDirError(
-            f"profile_dir {path!r} cannot be written ({exc.strerror}); "
+            f"directory {path!r} cannot be written ({exc.strerror}); "
             "choose a directory you can write"
         ) from None
     return path
@@ -110,12 +112,12 @@ def _check_parents(path: str) -> None:
         sticky = info.st_mode & stat.S_ISVTX
         if info.st_uid not in (0, os.getuid()):
             raise ProfileDirError(
-                f"profile_dir {path!r} is inside {parent!r}, owned by uid {info.st_uid}, "
+                f"directory {path!r} is inside {parent!r}, owned by uid {info.st_uid}, "
                 "who could replace it; use a directory under your own"
             )
         if info.st_mode & stat.S_IWOTH and not sticky:
             raise ProfileDirError(
-                f"profile_dir {path!r} is inside {parent!r}, which anyone can write "
+                f"directory {path!r} is inside {parent!r}, which anyone can write "
                 f"(mode {stat.filemode(info.st_mode)}), so another user could replace it: "
                 f"run `chmod o-w {parent}` (or `chmod +t`) or use another directory"
             )
@@ -196,6 +198,10 @@ class ProfileStore:
             f"{self._pending}{number}",
             f"{self._published}{stamp}_{self._tag}{number}.json",
         )
+
+    def scratch_run(self) -> RunFiles:
+        """Names for a profiled run that is never published (it uses up no run number)."""
+        return RunFiles(f"{self._pending}scratch", "")
 
     @staticmethod
     def written(run: RunFiles) -> list[str]:
