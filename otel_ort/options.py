@@ -234,7 +234,7 @@ def _directory(value: Any, source: str) -> str:
 
 
 def _mode(value: Any, source: str) -> str:
-    mode = str(value).lower()
+    mode = str(value).strip().lower()
     if mode not in PROFILE_MODES:
         raise ValueError(f"{source} is {value!r}: use one of {', '.join(PROFILE_MODES)}")
     return mode

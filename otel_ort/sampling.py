@@ -58,6 +58,7 @@ class Ratio(ProfileSampler):
     """Profile each run with probability ``p``, independently."""
 
     def __init__(self, p: float) -> None:
+        _check_type(p, float, "Ratio(p): p")
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"Ratio(p): p must be between 0 and 1, got {p!r}")
         self.p = p
@@ -74,12 +75,14 @@ class RateLimited(ProfileSampler):
     bucket, full at the start)."""
 
     def __init__(self, per_second: float, burst: int = 1) -> None:
+        _check_type(per_second, float, "RateLimited(per_second)")
+        _check_type(burst, int, "RateLimited(burst=...)")
         if not (math.isfinite(per_second) and per_second > 0):
             raise ValueError(
                 f"RateLimited(per_second): must be a finite number > 0, got {per_second!r}"
             )
-        if burst < 1:
-            raise ValueError(f"RateLimited(burst=...): must be >= 1, got {burst!r}")
+        if not 1 <= burst <= _MAX_BURST:
+            raise ValueError(f"RateLimited(burst=...): must be 1 to {_MAX_BURST}, got {burst!r}")
         self.per_second = per_second
         self.burst = burst
         self._tokens = float(burst)
@@ -101,6 +104,8 @@ class RateLimited(ProfileSampler):
         return f"RateLimited({self.per_second}, burst={self.burst})"
 
 
+_MAX_BURST = 10**9
+"""A larger bucket limits nothing (and its size must stay exact as a float)."""
 _RATE_LIMITED: weakref.WeakSet[RateLimited] = weakref.WeakSet()
 _RANDOM = random.Random()
 """Ratio's own generator: drawing from ``random``'s would shift the user's seeded stream."""
@@ -118,11 +123,22 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _check_type(value: object, kind: type[int] | type[float], what: str) -> None:
+    """``TypeError`` unless ``value`` is an int (or, for ``float``, an int or a float); a bool
+    is not a number here."""
+    kinds = (int, float) if kind is float else (int,)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        named = "a number" if kind is float else "a whole number (int)"
+        raise TypeError(f"{what} must be {named}, got {value!r}")
+
+
 class EveryNth(ProfileSampler):
     """Profile runs number ``skip_first + n``, ``skip_first + 2n``, ... (counted from 1, over
-    all sessions of the process)."""
+    all sessions of the process; forced runs are not asked, so not counted)."""
 
     def __init__(self, n: int, skip_first: int = 0) -> None:
+        _check_type(n, int, "EveryNth(n): n")
+        _check_type(skip_first, int, "EveryNth(skip_first=...)")
         if n < 1:
             raise ValueError(f"EveryNth(n): n must be >= 1, got {n!r}")
         if skip_first < 0:
@@ -202,39 +218,45 @@ _OPTIONS = {"rate": ("burst",), "every": ("skip_first",)}
 def parse_sampler(text: str) -> ProfileSampler:
     """A sampler from its text form (``OTEL_ORT_PROFILE_SAMPLER``); ``ValueError`` naming the
     valid spellings otherwise."""
-    spelling = text.strip().lower()
-    if spelling.startswith("parentbased_"):
-        inner = spelling.removeprefix("parentbased_")
-        if not inner.startswith("parentbased_"):
-            return ParentBased(parse_sampler(inner))
-    spelling, *extras = (part.strip() for part in spelling.split(","))
-    kind = spelling.split(":")[0]
     try:
-        options = _options(kind, extras) if kind in _KINDS else {}
-        if spelling == "always":
-            return Always()
-        if spelling == "never":
-            return Never()
-        if spelling.startswith("ratio:"):
-            return Ratio(float(spelling.removeprefix("ratio:")))
-        if spelling.startswith("every:"):
-            return EveryNth(int(spelling.removeprefix("every:")), **options)
-        match = _RATE.match(spelling)
-        if match:
-            return RateLimited(float(match["n"]), **options)
+        sampler = _parse(text.strip().lower())
     except ValueError as exc:
         raise ValueError(
             f"profile sampler {text!r}: {exc}; valid spellings: {_SPELLINGS}"
         ) from None
-    raise ValueError(f"unknown profile sampler {text!r}; valid spellings: {_SPELLINGS}")
+    if sampler is None:
+        raise ValueError(f"unknown profile sampler {text!r}; valid spellings: {_SPELLINGS}")
+    return sampler
+
+
+def _parse(spelling: str) -> ProfileSampler | None:
+    """The sampler ``spelling`` (stripped, lower case) names; ``None``: no sampler's."""
+    if spelling.startswith("parentbased_"):
+        inner = _parse(spelling.removeprefix("parentbased_"))
+        return ParentBased(inner) if inner and not isinstance(inner, ParentBased) else None
+    spelling, *extras = (part.strip() for part in spelling.split(","))
+    kind = spelling.split(":")[0]
+    options = _options(kind, extras) if kind in _KINDS else {}
+    if spelling == "always":
+        return Always()
+    if spelling == "never":
+        return Never()
+    if spelling.startswith("ratio:"):
+        return Ratio(float(spelling.removeprefix("ratio:")))
+    if spelling.startswith("every:"):
+        return EveryNth(int(spelling.removeprefix("every:")), **options)
+    match = _RATE.match(spelling)
+    return RateLimited(float(match["n"]), **options) if match else None
 
 
 def _options(kind: str, extras: list[str]) -> dict[str, int]:
-    """``name=<integer>`` options after the spelling, those ``kind`` takes only."""
+    """``name=<integer>`` options after the spelling, those ``kind`` takes only, each once."""
     allowed = _OPTIONS.get(kind, ())
     options = {}
     for extra in extras:
         name, equals, value = (part.strip() for part in extra.partition("="))
+        if name in options:
+            raise ValueError(f"{name} is given twice")
         if name not in allowed or not equals:
             takes = (
                 f"takes {' and '.join(f'{a}=<integer>' for a in allowed)}"

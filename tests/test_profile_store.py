@@ -7,7 +7,10 @@ import functools
 import json
 import multiprocessing
 import os
+import signal
 import stat
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -106,7 +109,8 @@ def test_a_parent_its_group_can_write_is_a_warning(
     team.mkdir()
     team.chmod(0o775)
     assert prepare_dir(str(team / "profiles")) == str(team / "profiles")
-    assert f"is inside {str(team)!r}, which its group (gid" in caplog.text
+    ProfileStore(str(team / "profiles"), 10, 10**9)  # as instrument(): checked twice
+    assert caplog.text.count(f"is inside {str(team)!r}, which its group (gid") == 1
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a directory to another user")
@@ -154,21 +158,85 @@ def test_stores_of_processes_sharing_a_pid_name_their_files_apart(tmp_path: Path
     assert ProfileStore.written(second) == []
 
 
+def age(path: Path) -> None:
+    """Make ``path`` look written an hour ago."""
+    then = time.time() - 3601
+    os.utime(path, (then, then))
+
+
+def store_process(directory: Path) -> tuple[subprocess.Popen[bytes], list[Path]]:
+    """Another process with a store of ``directory``, waiting for its stdin to close; and
+    the names of 3 of its runs: 2 raw files, the temporary of a published one."""
+    script = (
+        "import sys; from otel_ort.profiling.store import ProfileStore\n"
+        "store = ProfileStore(sys.argv[1], 10, 10**9)\n"
+        "runs = [store.new_run() for _ in range(3)]\n"
+        "print(runs[0].prefix + '_t.json', runs[1].prefix + '_t.json', runs[2].path + '.tmp',"
+        " flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, str(directory)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    return process, [Path(name) for name in process.stdout.readline().decode().split()]
+
+
 def test_leftovers_of_ended_processes_are_deleted_and_logged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = ProfileStore(str(tmp_path), max_files=10, max_bytes=10**9)
-    hour_ago = time.time() - 3601
-    leftovers = [Path(store.new_run().prefix + "_t.json"), Path(store.new_run().path + ".tmp")]
-    for path in leftovers:
+    process, [old, recent, temporary] = store_process(tmp_path)
+    process.kill()  # its lock file stays; the lock is free
+    assert process.wait(timeout=30) == -signal.SIGKILL
+    [lock] = (tmp_path / ".pending").glob("*alive")
+    probe = tmp_path / ".pending" / "probe-7-0a0b0c0d"  # of a check killed in its middle
+    for path in (old, recent, temporary, probe):
         path.write_text("[]")
-        os.utime(path, (hour_ago, hour_ago))
-    recent = Path(store.new_run().prefix + "_t.json")  # another process's run in flight
-    recent.write_text("[]")
+    for path in (old, temporary, probe, lock):
+        age(path)
     with caplog.at_level("INFO", logger="otel_ort"):
         ProfileStore(str(tmp_path), max_files=10, max_bytes=10**9)
-    assert [path.exists() for path in (*leftovers, recent)] == [False, False, True]
-    assert "deleted 2 raw profile file(s)" in caplog.text
+    assert [path.exists() for path in (old, temporary, recent)] == [False, False, True]
+    assert not probe.exists() and not lock.exists()
+    assert "deleted 2 raw or temporary profile file(s)" in caplog.text
+
+
+def test_old_files_of_a_live_process_are_kept(tmp_path: Path) -> None:
+    """``otel-ort profile`` keeps each run's raw file until its last run, maybe for hours."""
+    process, files = store_process(tmp_path)
+    for path in files:
+        path.write_text("[]")
+        age(path)
+    ProfileStore(str(tmp_path), max_files=10, max_bytes=10**9)
+    assert all(path.exists() for path in files)
+    assert process.stdin is not None
+    process.stdin.close()  # it ends: its lock file goes
+    assert process.wait(timeout=30) == 0
+    assert not list((tmp_path / ".pending").glob("*alive"))
+    ProfileStore(str(tmp_path), max_files=10, max_bytes=10**9)
+    assert not any(path.exists() for path in files)
+
+
+def test_directory_checks_at_once_in_threads_all_pass(tmp_path: Path) -> None:
+    """Each check writes its own probe file (one per pid collided between threads)."""
+    prepare_dir(str(tmp_path / "p"))
+    errors: list[BaseException] = []
+
+    def check() -> None:
+        for _ in range(200):
+            try:
+                prepare_dir(str(tmp_path / "p"))
+            except ProfileDirError as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=check) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
 
 
 def test_retention_deletes_the_oldest_files_and_counts_them(tmp_path: Path) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import multiprocessing
 import os
 import random
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from otel_ort.sampling import (
     EveryNth,
     Never,
     ParentBased,
+    ProfileSampler,
     RateLimited,
     Ratio,
     parse_sampler,
@@ -119,7 +122,13 @@ def test_text_forms(text: str, expected: str) -> None:
         ("rate:0/s", "must be a finite number > 0"),
         ("rate:nan/s", "must be a finite number > 0, got nan"),
         ("parentbased_parentbased_always", "unknown profile sampler"),
-        ("rate:2/s,burst=0", "burst=...): must be >= 1, got 0; valid spellings: always"),
+        ("rate:2/s,burst=0", "burst=...): must be 1 to 1000000000, got 0; valid spellings:"),
+        ("rate:2/s,burst=" + "9" * 400, "burst=...): must be 1 to 1000000000, got 999"),
+        (
+            "every:10,skip_first=5,skip_first=0",
+            "'every:10,skip_first=5,skip_first=0': skip_first is given twice; valid spellings:",
+        ),
+        ("parentbased_rate:x/s", "profile sampler 'parentbased_rate:x/s': could not convert"),
         ("rate:2/s,skip_first=3", "'skip_first=3' is not an option it takes: rate takes burst="),
         ("ratio:0.1,burst=2", "'burst=2' is not an option it takes: ratio takes no options"),
         ("every:10,skip_first", "'skip_first' is not an option it takes: every takes skip_fi"),
@@ -132,18 +141,42 @@ def test_bad_text_forms_say_what_is_valid(text: str, message: str) -> None:
         parse_sampler(text)
 
 
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: Ratio(True), "Ratio(p): p must be a number, got True"),
+        (lambda: RateLimited(1, burst=2.5),  # type: ignore[arg-type]
+         "RateLimited(burst=...) must be a whole number (int)"),
+        (lambda: RateLimited(1, burst=math.nan),  # type: ignore[arg-type]
+         "burst=...) must be a whole number (int), got n"),
+        (lambda: RateLimited("2"),  # type: ignore[arg-type]
+         "RateLimited(per_second) must be a number, got '2'"),
+        (lambda: EveryNth(1.5),  # type: ignore[arg-type]
+         "EveryNth(n): n must be a whole number (int), got 1.5"),
+        (lambda: EveryNth(2, skip_first=True), "EveryNth(skip_first=...) must be a whole number"),
+    ],
+)  # fmt: skip
+def test_samplers_take_numbers_of_their_kind_only(
+    make: Callable[[], ProfileSampler], message: str
+) -> None:
+    """1.5 would profile every 3rd run, a NaN burst none, True would mean 1."""
+    with pytest.raises(TypeError, match=re.escape(message)):
+        make()
+
+
 def test_instrument_options_and_environment(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("OTEL_ORT_PROFILE_SAMPLER", "every:5")
     monkeypatch.setenv("OTEL_ORT_PROFILE_DIR", str(tmp_path / "somewhere"))
     monkeypatch.setenv("OTEL_ORT_PROFILE_MAX_FILES", "7")
+    monkeypatch.setenv("OTEL_ORT_PROFILE_MODE", " Serve ")  # as the sampler's: case, spaces
     profiling = parse_options({}).profiling
     assert repr(profiling.sampler) == "EveryNth(5, skip_first=0)"
     assert (profiling.directory, profiling.max_files, profiling.mode) == (
         str(tmp_path / "somewhere"),
         7,
-        "twin",
+        "serve",
     )
     explicit = parse_options({"profile_sampler": Ratio(0.5), "profile_max_files": 3}).profiling
     assert (repr(explicit.sampler), explicit.max_files) == ("Ratio(0.5)", 3)

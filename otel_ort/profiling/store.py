@@ -6,8 +6,11 @@ Layout: ORT writes each profiled run into ``<dir>/.pending/<tag>-<n>_<ORT's time
 file as ``<dir>/otel-ort_<local time>_<tag>-<n>.json`` (its path is known before the run, so
 the run span can name it) and deletes the pending one. ``<tag>`` is the pid and a random
 part: processes in other pid namespaces (containers) may share the directory, and a pid comes
-back. Raw and temporary files an hour old are leftovers of a process that ended first: the
-next store made for the directory deletes them, and logs how many.
+back. Each store holds a lock (``flock``) on ``<dir>/.pending/<tag>-alive`` while its process
+lives. Raw and temporary files an hour old whose tag's lock is free are leftovers of a process
+that ended before converting them: the next store made for the directory deletes them (and
+old lock files), and logs how many. A live process's files are never deleted, however old
+(``otel-ort profile`` converts its runs only after the last one).
 
 Safety: the directory is created 0700; an existing one must be a real directory (not a
 symlink), owned by this user, writable, and closed to group and others; no parent may let
@@ -20,15 +23,18 @@ others without the sticky bit; writable by its group is a warning). Published fi
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import itertools
 import logging
 import os
 import pathlib
+import re
 import secrets
 import stat
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass
 
@@ -39,6 +45,10 @@ DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 _PENDING = ".pending"
 _PREFIX = "otel-ort_"
 _LEFTOVER_AGE_S = 3600.0
+_ALIVE = "alive"
+_TAG = re.compile(r"(?:^|_)(\d+-[0-9a-f]{6}-)")
+"""A process's tag in the names of its files (``otel-ort_<date>-<time>_`` comes first in a
+published one)."""
 
 
 class ProfileDirError(ValueError):
@@ -90,7 +100,7 @@ def prepare_dir(directory: str) -> str:
     pending = os.path.join(path, _PENDING)
     try:
         os.makedirs(pending, mode=0o700, exist_ok=True)
-        probe = os.path.join(pending, f"probe-{os.getpid()}")
+        probe = os.path.join(pending, f"probe-{os.getpid()}-{secrets.token_hex(4)}")
         os.close(os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600))
         os.unlink(probe)
     except OSError as exc:
@@ -99,6 +109,10 @@ def prepare_dir(directory: str) -> str:
             "choose a directory you can write"
         ) from None
     return path
+
+
+_WARNED: set[tuple[str, str]] = set()
+"""The (directory, parent) pairs whose group-writable parent was warned of."""
 
 
 def _check_parents(path: str) -> None:
@@ -121,7 +135,8 @@ def _check_parents(path: str) -> None:
                 f"(mode {stat.filemode(info.st_mode)}), so another user could replace it: "
                 f"run `chmod o-w {parent}` (or `chmod +t`) or use another directory"
             )
-        if info.st_mode & stat.S_IWGRP and not sticky:
+        if info.st_mode & stat.S_IWGRP and not sticky and (path, parent) not in _WARNED:
+            _WARNED.add((path, parent))  # once: instrument() and its store both check
             _logger.warning(
                 "otel-ort: profile_dir %r is inside %r, which its group (gid %d) can write: "
                 "members of that group could replace it (`chmod g-w %s` closes it)",
@@ -159,29 +174,48 @@ class ProfileStore:
         """The local time of the last name, by the second (formatting it costs tens of µs)."""
         self._lock = threading.Lock()
         self._kept, self._kept_bytes = self._scan()  # oldest first
+        self._alive: weakref.finalize[[str, int], ProfileStore] | None = None
         self._name_for_this_process()
         self._remove_leftovers()
 
     def _name_for_this_process(self) -> None:
+        """A new tag, and its lock, held (and its file deleted) until this store is collected
+        or the process ends (a forked child closes its copy of its parent's descriptor)."""
         self._tag = f"{os.getpid()}-{secrets.token_hex(3)}-"
         self._pending = os.path.join(self.directory, _PENDING, self._tag)
+        inherited = self._alive.detach() if self._alive is not None else None
+        if inherited is not None:
+            os.close(inherited[2][1])
+        self._alive = None
+        lock = self._pending + _ALIVE
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:  # then its files are deleted as an ended process's, once old
+            _logger.warning("otel-ort: cannot lock %s (%s)", lock, exc)
+            return
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new name: no one else holds it
+        self._alive = weakref.finalize(self, _release, lock, fd)
 
     def _remove_leftovers(self) -> None:
-        """Delete raw and temporary files older than ``_LEFTOVER_AGE_S``: a run's last for
-        seconds, so these belong to processes that ended before converting them."""
-        leftovers = glob.glob(os.path.join(glob.escape(self.directory), _PENDING, "*.json"))
+        """Delete raw and temporary files (and probe and lock files) older than
+        ``_LEFTOVER_AGE_S`` whose process has ended: a live process's are spared."""
+        pending = os.path.join(glob.escape(self.directory), _PENDING)
+        leftovers = glob.glob(os.path.join(pending, "*.json"))
         leftovers += glob.glob(os.path.join(glob.escape(self.directory), f"{_PREFIX}*.tmp"))
+        others = glob.glob(os.path.join(pending, "probe-*"))
+        others += glob.glob(os.path.join(pending, f"*{_ALIVE}"))  # after the files they guard
         old = time.time() - _LEFTOVER_AGE_S
+        alive: dict[str, bool] = {}
         removed = 0
-        for path in leftovers:
+        for path in leftovers + others:
             with contextlib.suppress(OSError):
-                if os.lstat(path).st_mtime < old:
+                if os.lstat(path).st_mtime < old and not self._owner_alive(path, alive):
                     os.unlink(path)
-                    removed += 1
+                    removed += path not in others
         if removed:
             _logger.info(
-                "otel-ort: deleted %d raw profile file(s) in %s left by processes that ended "
-                "before converting them",
+                "otel-ort: deleted %d raw or temporary profile file(s) in %s left by processes "
+                "that ended before converting them",
                 removed,
                 self.directory,
             )
@@ -202,6 +236,25 @@ class ProfileStore:
     def scratch_run(self) -> RunFiles:
         """Names for a profiled run that is never published (it uses up no run number)."""
         return RunFiles(f"{self._pending}scratch", "")
+
+    def _owner_alive(self, path: str, known: dict[str, bool]) -> bool:
+        """Whether the process that named ``path`` holds its tag's lock (``known``: the
+        tags already tried)."""
+        match = _TAG.search(os.path.basename(path))
+        if match is None:  # a probe: never held for long
+            return False
+        tag = match[1]
+        if tag not in known:
+            known[tag] = False
+            with contextlib.suppress(FileNotFoundError):
+                fd = os.open(os.path.join(self.directory, _PENDING, tag + _ALIVE), os.O_RDONLY)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    known[tag] = True
+                finally:
+                    os.close(fd)
+        return known[tag]
 
     @staticmethod
     def written(run: RunFiles) -> list[str]:
@@ -226,7 +279,10 @@ class ProfileStore:
         return how many were deleted."""
         with self._lock:
             kept = self._kept
-            size = os.stat(path).st_size
+            try:
+                size = os.stat(path).st_size
+            except FileNotFoundError:  # another process's retention was first
+                return 0
             kept.append((path, size))
             self._kept_bytes += size
             deleted = 0
@@ -256,6 +312,13 @@ class ProfileStore:
             found.append((info.st_mtime_ns, path, info.st_size))
         found.sort()
         return deque((path, size) for _, path, size in found), sum(size for *_, size in found)
+
+
+def _release(lock: str, fd: int) -> None:
+    """Delete a store's lock file, then free the lock."""
+    with contextlib.suppress(OSError):
+        os.unlink(lock)
+    os.close(fd)
 
 
 def remove_files(paths: list[str]) -> None:
