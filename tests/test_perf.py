@@ -728,6 +728,32 @@ def test_errno_messages_name_the_cause() -> None:
     assert "kernel.perf_event_paranoid" in eacces and "CAP_PERFMON" in eacces
 
 
+def test_a_thread_out_of_file_descriptors_is_not_counted_saying_how_to_fix_it() -> None:
+    script = """if True:
+        import os, resource
+        from otel_ort.perf.counting import PerfCounters
+        from otel_ort.perf.events import parse_events
+        counters = PerfCounters(parse_events("task-clock,page-faults"), None, True)
+        assert counters.prepare()
+        pool = counters.pool([], stays_on=False)
+        highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1, highest + 1))
+        try:
+            while True:
+                os.open("/dev/null", os.O_RDONLY)  # fill the gaps below the limit
+        except OSError:
+            pass
+        print(counters.begin(pool))
+    """
+    completed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert completed.stdout == (
+        "this thread is not counted: perf events: the process has no file descriptor left "
+        "(each counted thread takes one per event): raise `ulimit -n` (Too many open files)\n"
+    ), completed.stderr
+
+
 def _has_pmu() -> bool:
     try:
         os.close(kernel.perf_event_open(kernel.Attr(0, 0, flags=kernel.EXCLUDE_KERNEL), 0))
@@ -739,20 +765,57 @@ def _has_pmu() -> bool:
 def test_shutdown_leaves_the_group_of_a_run_in_flight_to_that_run(counter_factory: Any) -> None:
     """Shutdown closes the calling threads' groups; one whose thread is still in a counted
     run (shutdown gave up waiting for it) is left to that run: its fds are still switched by
-    the run's end (closed, they could be another file's by then). They close once freed."""
-    counter = counter_factory(matmul_chain(), (512, 512), ["task-clock"], intra_op_num_threads=1)
+    the run's end (closed, they could be another file's by then). They close once freed.
+    The twin's pool is left to the twin."""
+    counter = counter_factory(matmul_chain(), (512, 512), ["task-clock"], intra_op_num_threads=2)
     counting = counter.counters.begin(counter.pool)
     assert not isinstance(counting, str), counting
     fds = list(counting.own.groups[0]._fds)
+    [pool_group] = counter.pool.groups
     counter.counters.close()  # as at shutdown, the run in flight
     counter.session.run({"x": counter.feed()})
     raw = counter.counters.end(counting, caller_runs_nodes=counter.session.sequential)
     assert not isinstance(raw, str), raw
     threads, problems = raw.settle()
-    assert threading.get_native_id() in [thread.tid for thread in threads], problems
+    assert {thread.tid for thread in threads} == {threading.get_native_id(), pool_group.tid}
+    assert problems == ()
     assert all(os.fstat(fd) for fd in fds)
     del counting, raw, threads
     gc.collect()
     for fd in fds:
         with pytest.raises(OSError):
             os.fstat(fd)
+
+
+def test_a_group_closed_by_another_thread_fails_its_users_cleanly() -> None:
+    """Shutdown may close a group a thread is reading: the read must fail (``OSError``), not
+    read fds reused meanwhile or memory unmapped under it (a crash). In a child process: a
+    crash here would take the test run with it."""
+    script = """if True:
+        import sys, threading, time
+        from otel_ort.perf.group import ThreadGroup
+        sys.setswitchinterval(1e-6)
+        failures = 0
+        for _ in range(100):
+            group = ThreadGroup(threading.get_native_id(), "task-clock", (), period_ns=0,
+                                exclude_kernel=False, pages=64)
+            group.enable()
+            def use():
+                global failures
+                try:
+                    while True:
+                        group.take()
+                        group.read()
+                except OSError:
+                    failures += 1
+            user = threading.Thread(target=use)
+            user.start()
+            time.sleep(0.001)
+            group.close()
+            user.join()
+        print(failures)
+    """
+    completed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (completed.returncode, completed.stdout, completed.stderr) == (0, "100\n", "")

@@ -167,6 +167,15 @@ def test_an_alias_taking_the_time_alias_is_a_config_error(value):
     assert parse_events("task-clock,page-faults").events  # task-clock itself, of course
 
 
+def test_a_second_on_cpu_time_event_is_a_config_error():
+    """It was dropped unsaid: neither counted nor said not counted."""
+    with pytest.raises(
+        PerfConfigError,
+        match="perf events 'task-clock' and 'task-clock' both count the thread's on-CPU time",
+    ):
+        parse_events("task-clock,page-faults,task-clock=tc2")
+
+
 def test_alias_without_name_is_a_config_error():
     with pytest.raises(PerfConfigError, match="no event name"):
         parse_events("=cyc")
@@ -274,6 +283,26 @@ def test_libpfm_modifiers_are_not_aliases():
         0,
     )
     assert only("perf::PERF_COUNT_HW_CPU_CYCLES:u=1=cyc").alias == "cyc"
+
+
+@needs_libpfm
+def test_libpfm_modifiers_otel_ort_does_not_apply_are_refused():
+    selection = parse_events("task-clock,perf::PAGE-FAULTS:k,perf::PAGE-FAULTS:u=pf")
+    assert [(e.alias, e.type, e.config) for e in selection.events] == [
+        ("task-clock", 1, 1),
+        ("pf", 1, 2),  # user mode: counted as asked (plus kernel mode where allowed)
+    ]
+    (refused,) = selection.unavailable
+    assert refused.reason == (
+        "libpfm4 encodes 'perf::PAGE-FAULTS:k' with user mode excluded (:k), which otel-ort "
+        "does not apply (it counts user mode, plus kernel mode where allowed): drop the modifier"
+    )
+
+
+@needs_libpfm
+def test_libpfm_task_clock_beside_task_clock_is_a_config_error():
+    with pytest.raises(PerfConfigError, match="'task-clock' and 'perf::TASK-CLOCK' both count"):
+        parse_events("task-clock,perf::TASK-CLOCK=tc2")
 
 
 @needs_libpfm

@@ -172,7 +172,7 @@ class Pool:
             if not forked_child:
                 self.settle()
             for group in self.groups:
-                group.close()
+                group.close(forked_child=forked_child)
             self.groups = []
 
 
@@ -237,6 +237,8 @@ class PerfCounters:
         )
         self._calling = threading.local()
         self._groups: weakref.WeakSet[ThreadGroup] = weakref.WeakSet()
+        """The calling threads' groups (a twin's pool closes with the twin)."""
+        self._groups_lock = threading.Lock()
         self._running: set[int] = set()
         """Threads in a counted run: ``close`` leaves their groups to it (closed once freed)."""
 
@@ -273,7 +275,9 @@ class PerfCounters:
                     settled.append(_read_counting(group))
                 groups.append(group)
             except OSError as exc:
-                problems.append(f"thread {tid} not counted: {probe.event_problem('group', exc)}")
+                problems.append(
+                    f"thread {tid} not counted: {probe.event_problem('perf events', exc)}"
+                )
         return Pool(groups, problems, stays_on, settled)
 
     def attribute(self, raw: RawRun, windows: Sequence[tuple[int, int]]) -> RunCounts:
@@ -354,7 +358,7 @@ class PerfCounters:
         try:
             own = self._calling_pool()
         except OSError as exc:
-            return f"this thread is not counted: {probe.event_problem('group', exc)}"
+            return f"this thread is not counted: {probe.event_problem('perf events', exc)}"
         pool.lock.acquire()
         try:
             pooled = pool.start(skip=own.groups[0].tid)
@@ -397,6 +401,8 @@ class PerfCounters:
         pool: Pool | None = getattr(self._calling, "pool", None)
         if pool is None:
             group = self._group(threading.get_native_id())
+            with self._groups_lock:
+                self._groups.add(group)
             pool = self._calling.pool = Pool([group], [], stays_on=False)
         return pool
 
@@ -411,23 +417,25 @@ class PerfCounters:
             exclude_kernel=plan.exclude_kernel,
             pages=probe.RING_PAGES,
         )
-        self._groups.add(group)
         return group
 
-    def close(self) -> None:
+    def close(self, *, forked_child: bool = False) -> None:
         """Close every calling thread's group but those of runs in flight, whose fds the run
         still switches (they close when the run lets go of them); pools close with their
         twins."""
-        for group in list(self._groups):
+        with contextlib.nullcontext() if forked_child else self._groups_lock:
+            groups = list(self._groups)
+        for group in groups:
             if group.tid not in self._running:
-                group.close()
+                group.close(forked_child=forked_child)
         self._calling = threading.local()
 
     def after_fork_in_child(self) -> None:
         """The parent's threads do not exist here: drop their groups (closing our copies of
-        the fds), theirs in a run too."""
+        the fds), theirs in a run too; the locks a parent's thread may have held go too."""
         self._running = set()
-        self.close()
+        self._groups_lock = threading.Lock()
+        self.close(forked_child=True)
 
 
 def _read_counting(group: ThreadGroup) -> tuple[Reads, int]:

@@ -172,6 +172,12 @@ def parse_events(
             events.append(resolved)
         else:
             unavailable.append(resolved)
+    times = [spec.name for spec in events if spec.kind == "time"]
+    if len(times) > 1:
+        raise PerfConfigError(
+            f"perf events {times[0]!r} and {times[1]!r} both count the thread's on-CPU time "
+            "(task-clock), which is counted once: keep one"
+        )
     taken = owners.get(TIME_ALIAS_DEFAULT)
     if taken is not None and not any(spec.kind == "time" for spec in events):
         raise PerfConfigError(
@@ -253,6 +259,13 @@ def _resolve_pfm(name: str, alias: str | None, pfm_library: str) -> EventSpec | 
         )
     except pfm.PfmEventError as exc:
         reason = f"libpfm4 cannot encode event {name!r} on this machine: {exc}"
+        return Unavailable(name, alias or _default_alias(name), reason)
+    if encoding.unapplied:
+        reason = (
+            f"libpfm4 encodes {name!r} with {' and '.join(encoding.unapplied)}, which otel-ort "
+            "does not apply (it counts user mode, plus kernel mode where allowed): drop the "
+            "modifier"
+        )
         return Unavailable(name, alias or _default_alias(name), reason)
     generic = None
     if encoding.config1 == encoding.config2 == 0:

@@ -58,6 +58,9 @@ class ThreadGroup:
         pages: int,
     ) -> None:
         self.tid = tid
+        self._lock = threading.Lock()
+        """Held by each use of the fds and rings, and by ``close``: a group closed by another
+        thread (at shutdown) fails the use cleanly, not on fds reused or memory unmapped."""
         self._owned = _Owned()
         self._fds, self._rings = self._owned.fds, self._owned.rings
         # a thread-local group closes when its thread ends; not at interpreter exit, where the
@@ -128,51 +131,59 @@ class ThreadGroup:
 
     def read(self) -> tuple[Read, Read | None]:
         """The software group's values, and the dense group's."""
-        self._check_open()
-        software = Read(*kernel.read_group(self.leader, self.members))
-        if self.dense_leader is None:
-            return software, None
-        return software, Read(*kernel.read_group(self.dense_leader, self.dense_members))
+        with self._lock:
+            self._check_open()
+            software = Read(*kernel.read_group(self.leader, self.members))
+            if self.dense_leader is None:
+                return software, None
+            return software, Read(*kernel.read_group(self.dense_leader, self.dense_members))
 
     def enable(self) -> int:
         """Start counting; when (ns, CLOCK_REALTIME). Another thread's group is stamped
         before the switch, as ``disable`` does: the ioctl's return may wait for the GIL
         (milliseconds, under load) while that thread runs on, counted. The calling thread's
         own group is stamped after it: that thread counts nothing until then."""
-        self._check_open()
-        stamp = time.time_ns()
-        kernel.ioctl(self.leader, kernel.IOC_ENABLE)
-        if self.dense_leader is not None:
-            kernel.ioctl(self.dense_leader, kernel.IOC_ENABLE)
+        with self._lock:
+            self._check_open()
+            stamp = time.time_ns()
+            kernel.ioctl(self.leader, kernel.IOC_ENABLE)
+            if self.dense_leader is not None:
+                kernel.ioctl(self.dense_leader, kernel.IOC_ENABLE)
         return time.time_ns() if self.tid == threading.get_native_id() else stamp
 
     def disable(self) -> int:
         """Stop counting; when."""
-        self._check_open()
-        stopped = time.time_ns()
-        kernel.ioctl(self.leader, kernel.IOC_DISABLE)
-        if self.dense_leader is not None:
-            kernel.ioctl(self.dense_leader, kernel.IOC_DISABLE)
+        with self._lock:
+            self._check_open()
+            stopped = time.time_ns()
+            kernel.ioctl(self.leader, kernel.IOC_DISABLE)
+            if self.dense_leader is not None:
+                kernel.ioctl(self.dense_leader, kernel.IOC_DISABLE)
         return stopped
 
     def take(self) -> tuple[Taken, ...]:
         """What each ring recorded since the last call (the only reader: the kernel keeps
         writing behind it while the group is enabled)."""
-        self._check_open()
-        return tuple(Taken(ring.take(), ring.filled, holds) for ring, holds in self._rings)
+        with self._lock:
+            self._check_open()
+            return tuple(Taken(ring.take(), ring.filled, holds) for ring, holds in self._rings)
 
     def discard(self) -> None:
         """Free what the rings hold without copying it."""
-        self._check_open()
-        for ring, _ in self._rings:
-            ring.discard()
+        with self._lock:
+            self._check_open()
+            for ring, _ in self._rings:
+                ring.discard()
 
     def _check_open(self) -> None:
         if not self._fds:
             raise OSError(errno.EBADF, f"the perf events of thread {self.tid} are closed")
 
-    def close(self) -> None:
-        self._owned.close()
+    def close(self, *, forked_child: bool = False) -> None:
+        """Close the fds and rings (in a forked child: without the lock, which a parent's
+        thread may have held at the fork)."""
+        with contextlib.nullcontext() if forked_child else self._lock:
+            self._owned.close()
 
 
 @dataclass(eq=False)

@@ -1,7 +1,7 @@
 """The Linux perf_event_open interface through cffi (ABI mode): attributes, fds, ring buffers.
 
 Only what otel-ort uses: per-thread events (``pid`` = a thread id, ``cpu`` = -1), groups led by
-one event, sample records redirected into the leader's ring buffer, group reads. Layouts and
+one event, a ring buffer for each sampling event, group reads. Layouts and
 numbers are those of ``linux/perf_event.h`` (stable kernel ABI); see FACTS.md.
 """
 

@@ -22,6 +22,11 @@ _PFM_PLM3 = 0x08  # user level only: unprivileged perf_event_open needs exclude_
 _PFM_OS_PERF_EVENT_EXT = 2
 _ENCODE_ARG_SIZE = 40  # PFM_PERF_ENCODE_ABI0 on LP64, checked by the library
 _ATTR_SIZE = 136  # PERF_ATTR_SIZE_VER8
+_FLAGS_OFFSET = 40  # perf_event_attr's bit field
+_UNAPPLIED = (
+    (1 << 4, "user mode excluded (:k)"),  # exclude_user
+    (3 << 15, "a precise level (:p, :precise)"),  # precise_ip
+)
 
 _ffi = cffi.FFI()
 _ffi.cdef(
@@ -58,6 +63,8 @@ class Encoding:
     config: int
     config1: int = 0
     config2: int = 0
+    unapplied: tuple[str, ...] = ()
+    """What libpfm4 also encoded (from a modifier) that otel-ort does not apply."""
 
 
 class Libpfm:
@@ -96,7 +103,9 @@ class Libpfm:
         raw = bytes(_ffi.buffer(attr))
         type_, _size, config = struct.unpack_from("=IIQ", raw, 0)
         config1, config2 = struct.unpack_from("=QQ", raw, 56)
-        return Encoding(type_, config, config1, config2)
+        flags = struct.unpack_from("=Q", raw, _FLAGS_OFFSET)[0]
+        unapplied = tuple(what for bit, what in _UNAPPLIED if flags & bit)
+        return Encoding(type_, config, config1, config2, unapplied)
 
 
 _loaded: dict[str, Libpfm | PfmUnavailableError] = {}

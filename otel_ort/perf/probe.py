@@ -136,6 +136,9 @@ _ERRNO_REASONS = {
     errno.ENOSYS: "perf_event_open is not available",
     errno.EOPNOTSUPP: "not supported by this CPU or kernel",
     errno.EINVAL: "the kernel rejected its encoding",
+    errno.EMFILE: "the process has no file descriptor left (each counted thread takes one per "
+    "event): raise `ulimit -n`",
+    errno.ENFILE: "the system has no file descriptor left (`sysctl fs.file-max`)",
 }
 
 
