@@ -52,6 +52,27 @@ def test_truncated_file_keeps_complete_events(tmp_path: Path, real_profile: Path
     assert not profile.runs[2].complete  # its model_run event never came
 
 
+def test_names_that_are_not_utf8_and_a_cut_inside_a_character_keep_the_nodes(
+    tmp_path: Path,
+) -> None:
+    """ORT writes a node's name as the model has it (ONNX does not check UTF-8); a run killed
+    mid-write may end the file inside a character."""
+    events = [
+        model_run(0, 100),
+        node_event("RAW", "Relu", 10, 5),
+        node_event("節点", "Relu", 20, 5),
+    ]
+    data = json.dumps(events, ensure_ascii=False).encode().replace(b"RAW", b"NA\xff\xfeQQ")
+    raw = tmp_path / "raw.json"
+    raw.write_bytes(data)
+    assert [node.name for node in read_profile(raw).runs[0].nodes] == ["NA\ufffd\ufffdQQ", "節点"]
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(data[: data.index("節".encode()) + 1])
+    profile = read_profile(cut)
+    assert profile.truncated
+    assert [node.name for run in profile.runs for node in run.nodes] == ["NA\ufffd\ufffdQQ"]
+
+
 def test_old_format_fence_events_are_not_nodes(tmp_path: Path) -> None:
     events = [model_run(0, 100)]
     for k, name in enumerate(["conv", "relu"]):
@@ -94,6 +115,24 @@ def test_overlapping_runs_of_several_threads_keep_their_own_nodes(tmp_path: Path
     ]
 
 
+def test_a_cut_off_run_keeps_its_kernels_and_pool_nodes(tmp_path: Path) -> None:
+    """Its nodes on the calling thread, its kernels and its pool threads' nodes are one run."""
+    events = [
+        node_event("a", "MatMul", 10, 5, tid=7),
+        kernel_event("k0", "MatMul", 11, 3, parent_name="a_kernel_time"),
+        model_run(0, 50, tid=7),
+        node_event("a", "MatMul", 110, 5, tid=7),
+        node_event("b", "Add", 112, 5, tid=8),  # a pool thread (parallel executor)
+        kernel_event("k1", "MatMul", 111, 3, parent_name="a_kernel_time"),
+    ]  # the file ends before the second run's model_run
+    profile = read_profile(write(tmp_path / "cut.json", events))
+    runs = [
+        (run.tid, run.complete, [(n.name, [k.name for k in n.kernels]) for n in run.nodes])
+        for run in profile.runs
+    ]
+    assert runs == [(7, True, [("a", ["k0"])]), (7, False, [("a", ["k1"]), ("b", [])])]
+
+
 def test_real_concurrent_runs_each_get_every_node(tmp_path: Path) -> None:
     path = session_level_profile(tmp_path, depth=30, runs=4, threads=3)
     profile = read_profile(path)
@@ -121,11 +160,36 @@ def test_gpu_kernels_link_to_nodes(tmp_path: Path) -> None:
     assert [k.name for k in run.unmatched_kernels] == ["stray_kernel"]
 
 
+def test_gpu_kernels_of_a_repeated_name_or_past_their_nodes_end_link_to_their_own_node(
+    tmp_path: Path,
+) -> None:
+    """A Loop body's node runs once per iteration under one name; ORT starts a node's kernels
+    at its start + 1, + 2, ... µs, past the end of a short launching node."""
+    events = [
+        model_run(0, 200),
+        node_event("body_add", "Add", 10, 5),
+        node_event("body_add", "Add", 30, 5),
+        node_event("att", "Attention", 100, 2),
+        node_event("att2", "Attention", 104, 20),
+        *(kernel_event(f"add{at}", "Add", at + 1, 1, parent_name="body_add_kernel_time")
+          for at in (10, 30)),
+        *(kernel_event(f"k{n}", "Attention", 100 + n, 1) for n in range(1, 4)),
+    ]  # fmt: skip
+    (run,) = read_profile(write(tmp_path / "gpu.json", events)).runs
+    kernels = [(node.name, [k.name for k in node.kernels]) for node in run.nodes]
+    assert kernels == [
+        ("body_add", ["add10"]),
+        ("body_add", ["add30"]),
+        ("att", ["k1", "k2", "k3"]),
+        ("att2", []),
+    ]
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
         (b"", "is empty (0 bytes): ORT leaves an empty file when a profiled run fails"),
-        (b"\xff\xfe garbage", "is not UTF-8 text"),
+        (b"\xff\xfe garbage", "is not JSON (Expecting value at line 1, column 1)"),
         (b"this is not json", "is not JSON (Expecting value at line 1, column 1)"),
         (b'{"events": []}', 'expected an array of events or an object with a "traceEvents"'),
         (b'"a string"', "is JSON but not a trace"),

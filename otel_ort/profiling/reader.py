@@ -103,10 +103,9 @@ def _load_events(path: str) -> tuple[list[Any], bool, int | None]:
             f"is empty ({len(data)} bytes): ORT leaves an empty file when a profiled run "
             "fails, so this run has no profile",
         )
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ProfileError(path, f"is not UTF-8 text (byte {exc.start}): not a profile") from None
+    # ORT writes a node's name as the model gives it, UTF-8 or not; a file cut short may end
+    # inside a character
+    text = data.decode("utf-8", errors="replace")
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -259,7 +258,7 @@ class _Parsed:
         runs = sorted(self.model_runs, key=lambda run: run.ts)
         windows = _Windows(runs)
         callers = {run.tid for run in runs if run.tid is not None}
-        orphans: dict[tuple[int, int | None], list[NodeRecord | KernelRecord]] = defaultdict(list)
+        orphans: _Orphans = defaultdict(list)
         items: list[NodeRecord | KernelRecord] = [*self.nodes, *self.kernels]
         for item in items:
             tid = item.tid if isinstance(item, NodeRecord) and item.tid in callers else None
@@ -270,10 +269,7 @@ class _Parsed:
                 run.nodes.append(item)
             else:
                 run.unmatched_kernels.append(item)
-        runs += [
-            _incomplete_run(items, tid)
-            for (_, tid), items in sorted(orphans.items(), key=_gap_order)
-        ]
+        runs += [_incomplete_run(items, tid) for (_, tid), items in _merge_threadless(orphans)]
         runs.sort(key=lambda run: run.ts)
         for index, run in enumerate(runs):
             run.index = index
@@ -282,9 +278,22 @@ class _Parsed:
         return runs
 
 
-def _gap_order(entry: tuple[tuple[int, int | None], list[Any]]) -> tuple[int, int]:
-    (gap, tid), _ = entry
-    return gap, -1 if tid is None else tid
+_Orphans = dict[tuple[int, int | None], list[NodeRecord | KernelRecord]]
+
+
+def _merge_threadless(orphans: _Orphans) -> list[tuple[tuple[int, int | None], list[Any]]]:
+    """The events of each gap between runs, by calling thread; the events of no calling
+    thread (kernels, pool threads' nodes) join the gap's one calling thread, when it has one
+    (else they are a run of their own: whose, the file does not say)."""
+    threads: dict[int, list[int]] = defaultdict(list)
+    for gap, tid in orphans:
+        if tid is not None:
+            threads[gap].append(tid)
+    merged: _Orphans = {}
+    for (gap, tid), items in orphans.items():
+        joins = threads[gap][0] if tid is None and len(threads[gap]) == 1 else tid
+        merged.setdefault((gap, joins), []).extend(items)
+    return sorted(merged.items(), key=lambda entry: (entry[0][0], entry[0][1] or -1))
 
 
 def _incomplete_run(items: list[NodeRecord | KernelRecord], tid: int | None) -> RunRecord:
@@ -298,20 +307,24 @@ def _incomplete_run(items: list[NodeRecord | KernelRecord], tid: int | None) -> 
 
 
 def _link_kernels(nodes: list[NodeRecord], kernels: list[KernelRecord]) -> list[KernelRecord]:
-    """Attach each kernel to its node; return those no node claims."""
+    """Attach each kernel to its node: the latest one starting before it of the name it
+    links to, else of its op type (a name repeats: a Loop body's nodes run once per
+    iteration; ORT starts a node's kernels at its start + 1, + 2, ... µs, past a short node's
+    end); return those no node claims."""
     if not kernels:
         return []
-    by_name = {node.name: node for node in nodes}
+    same_name: dict[str, list[NodeRecord]] = defaultdict(list)
     same_op: dict[str, list[NodeRecord]] = defaultdict(list)
     for each in nodes:  # sorted by start
+        same_name[each.name].append(each)
         same_op[each.op_type].append(each)
+    by_name = {name: _Windows(named) for name, named in same_name.items()}
     by_op = {op: _Windows(ops) for op, ops in same_op.items()}
     unmatched: list[KernelRecord] = []
     for kernel in kernels:
-        node = by_name.get(str(kernel.args.get(_LINK_ARG, "")).removesuffix(_NODE_SUFFIX))
-        if node is None:
-            windows = by_op.get(str(kernel.args.get("op_name", "")))
-            node = windows.containing(kernel.ts) if windows else None
+        name = str(kernel.args.get(_LINK_ARG, "")).removesuffix(_NODE_SUFFIX)
+        windows = by_name.get(name) or by_op.get(str(kernel.args.get("op_name", "")))
+        node = windows.latest_before(kernel.ts) if windows else None
         if node is None:
             unmatched.append(kernel)
         else:
@@ -332,6 +345,11 @@ class _Windows(Generic[_W]):
     def started_before(self, ts: float) -> int:
         """The index of the last window starting at or before ``ts``; -1 if none does."""
         return bisect.bisect_right(self.starts, ts) - 1
+
+    def latest_before(self, ts: float) -> _W | None:
+        """The latest window starting before ``ts``."""
+        at = bisect.bisect_left(self.starts, ts) - 1
+        return self.windows[at] if at >= 0 else None
 
     def containing(self, ts: float, tid: int | None = None) -> _W | None:
         """The latest-starting window that contains ``ts`` (and is on thread ``tid``, if given)."""
