@@ -102,7 +102,7 @@ def _main(argv: list[str] | None) -> int:
         "--max-node-spans",
         type=_at_least(0),
         default=DEFAULT_MAX_NODE_SPANS,
-        help=f"node spans per run at most (default {DEFAULT_MAX_NODE_SPANS}); "
+        help=f"node and kernel spans per run at most (default {DEFAULT_MAX_NODE_SPANS}); "
         "the rest are summarised on the run span",
     )
 
@@ -317,7 +317,7 @@ def _report(args: argparse.Namespace) -> int:
         return 1
     for note in report.notes:
         print(f"otel-ort report: note: {note}", file=sys.stderr)
-    size = len(report.html.encode()) / 1024
+    size = os.path.getsize(target) / 1024
     print(
         f"{target}: run {report.run} of {report.runs} ({report.nodes} nodes), {size:,.0f} KiB, "
         "self-contained: open it in a browser"

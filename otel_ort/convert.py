@@ -36,6 +36,7 @@ from otel_ort.pipeline import (
 from otel_ort.profiling import Profile, ProfileError, read_profile
 from otel_ort.profiling.enriched import other_data, run_ids
 from otel_ort.spans import DEFAULT_MAX_NODE_SPANS, SpanBuilder
+from otel_ort.tables import printable
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | N
     delivery = SpanDelivery(provider)
     failed = traces = all_dropped = 0
     for number, path in enumerate(paths, start=1):
-        prefix = f"[{number}/{len(paths)}] {path}"
+        prefix = f"[{number}/{len(paths)}] {printable(path)}"
         try:
             profile = read_profile(path)
         except ProfileError as exc:

@@ -10,14 +10,17 @@ attributes that are valid by construction, then handed to its span processors by
 The provider's span limits apply (``OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT``,
 ``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``), as to its own spans.
 
-Time: absolute ns = ``profile.start_ns`` + ``ts`` µs. A node span covers its Node event and
-any kernels linked to it (GPU kernels may finish after the launching node's CPU window; the
-node's own duration stays in ``onnxruntime.node.duration_us``); a run span covers all its
-children. So every child lies inside its parent.
+A node that a control-flow node (Loop, If, Scan) runs inside its window is its child span,
+not its sibling. Time: absolute ns = ``profile.start_ns`` + ``ts`` µs. A node span covers its
+Node event, the spans under it and any kernels linked to it (GPU kernels may finish after
+the launching node's CPU window; the node's own duration stays in
+``onnxruntime.node.duration_us``); a run span covers all its children. So every child lies
+inside its parent.
 
-At most ``max_node_spans`` node spans per run: the longest nodes are kept, the others are
-summarised per op type on the run span (``onnxruntime.run.not_emitted.*``), and their
-kernels counted (``onnxruntime.run.kernels_not_emitted``).
+At most ``max_node_spans`` node and kernel spans per run: the longest nodes are kept with
+their kernels, then the longest unmatched kernels; the other nodes are summarised per op type
+on the run span (``onnxruntime.run.not_emitted.*``), and the kernels left out counted
+(``onnxruntime.run.kernels_not_emitted``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_ort import semconv
 from otel_ort.gc_pause import gc_paused
-from otel_ort.profiling.model import KernelRecord, NodeRecord, Profile, RunRecord
+from otel_ort.profiling.model import KernelRecord, NodeRecord, Profile, RunRecord, holders
 from otel_ort.version import __version__
 
 DEFAULT_MAX_NODE_SPANS = 10_000
@@ -125,45 +128,71 @@ class SpanBuilder:
         parent: SpanContext,
         extra: Sequence[Mapping[str, AttributeValue]],
     ) -> tuple[list[ReadableSpan], dict[str, AttributeValue]]:
-        emitted, left_out = self._select(run.nodes)
-        more = {id(node): attributes for node, attributes in zip(run.nodes, extra, strict=False)}
+        nodes = run.nodes
+        emitted, left_out, unmatched = self._select(nodes, run.unmatched_kernels)
+        more = {id(node): attributes for node, attributes in zip(nodes, extra, strict=False)}
         base = profile.start_ns
         trace_id = parent.trace_id
         new_id = self._ids.generate_span_id
+        contexts = {at: SpanContext(trace_id, new_id(), False, _SAMPLED) for at in emitted}
+        held_by = _emitted_holders(holders(nodes), contexts)
         spans: list[ReadableSpan] = []
-        for node in emitted:
-            context = SpanContext(trace_id, new_id(), False, _SAMPLED)
-            start, end = base + int(node.ts * 1000), base + int(node.end * 1000)
+        extents: dict[int, list[int]] = {}
+        for at in emitted:
+            node = nodes[at]
+            extent = extents[at] = [base + int(node.ts * 1000), base + int(node.end * 1000)]
             for kernel in node.kernels:
-                kernel_span = self._kernel_span(kernel, trace_id, context, base, False)
+                kernel_span = self._kernel_span(kernel, trace_id, contexts[at], base, False)
                 spans.append(kernel_span)
-                start = min(start, kernel_span.start_time or start)
-                end = max(end, kernel_span.end_time or end)
+                extent[0] = min(extent[0], kernel_span.start_time or extent[0])
+                extent[1] = max(extent[1], kernel_span.end_time or extent[1])
+        for at in sorted(emitted, key=lambda at: -nodes[at].ts):  # held ones first
+            holder = held_by[at]
+            if holder is not None:  # a holder's span holds its nodes' spans
+                extents[holder][0] = min(extents[holder][0], extents[at][0])
+                extents[holder][1] = max(extents[holder][1], extents[at][1])
+        for at in emitted:
+            node, holder = nodes[at], held_by[at]
             attributes = _node_attributes(node)
             attributes.update(more.get(id(node), {}))
-            spans.append(self._span(node.name, context, parent, attributes, start, end))
-        for kernel in run.unmatched_kernels:
+            above = parent if holder is None else contexts[holder]
+            start, end = extents[at]
+            spans.append(self._span(node.name, contexts[at], above, attributes, start, end))
+        for kernel in unmatched:
             spans.append(self._kernel_span(kernel, trace_id, parent, base, True))
         summary: dict[str, AttributeValue] = {
-            semconv.RUN_NODE_COUNT: len(run.nodes),
+            semconv.RUN_NODE_COUNT: len(nodes),
             semconv.RUN_NODES_NOT_EMITTED: len(left_out),
         }
         if run.unmatched_kernels:
             summary[semconv.RUN_UNMATCHED_KERNELS] = len(run.unmatched_kernels)
         if left_out:
             summary.update(_left_out_summary(left_out))
-            kernels = sum(len(node.kernels) for node in left_out)
-            if kernels:
-                summary[semconv.RUN_KERNELS_NOT_EMITTED] = kernels
+        kernels = sum(len(node.kernels) for node in left_out)
+        kernels += len(run.unmatched_kernels) - len(unmatched)
+        if kernels:
+            summary[semconv.RUN_KERNELS_NOT_EMITTED] = kernels
         return spans, summary
 
-    def _select(self, nodes: list[NodeRecord]) -> tuple[list[NodeRecord], list[NodeRecord]]:
-        if len(nodes) <= self.max_node_spans:
-            return nodes, []
-        by_duration = sorted(nodes, key=lambda node: node.dur, reverse=True)
-        kept = {id(node) for node in by_duration[: self.max_node_spans]}
-        emitted = [node for node in nodes if id(node) in kept]
-        return emitted, [node for node in nodes if id(node) not in kept]
+    def _select(
+        self, nodes: list[NodeRecord], unmatched: list[KernelRecord]
+    ) -> tuple[list[int], list[NodeRecord], list[KernelRecord]]:
+        """Which nodes get spans (their indexes, in order), those left out, and the unmatched
+        kernels that get spans: at most ``max_node_spans`` spans, a node's with its kernels',
+        the longest nodes first, then the longest unmatched kernels."""
+        budget = self.max_node_spans
+        if len(nodes) + sum(len(node.kernels) for node in nodes) + len(unmatched) <= budget:
+            return list(range(len(nodes))), [], unmatched
+        kept: set[int] = set()
+        for at in sorted(range(len(nodes)), key=lambda at: -nodes[at].dur):
+            cost = 1 + len(nodes[at].kernels)
+            if cost <= budget:
+                kept.add(at)
+                budget -= cost
+        longest = sorted(unmatched, key=lambda kernel: -kernel.dur)[:budget]
+        shown = {id(kernel) for kernel in longest}
+        left_out = [node for at, node in enumerate(nodes) if at not in kept]
+        return sorted(kept), left_out, [kernel for kernel in unmatched if id(kernel) in shown]
 
     def _kernel_span(
         self,
@@ -225,6 +254,19 @@ def _left_out_summary(nodes: list[NodeRecord]) -> dict[str, AttributeValue]:
     }
 
 
+def _emitted_holders(
+    held: list[int | None], emitted: Mapping[int, object]
+) -> dict[int, int | None]:
+    """Each emitted node's nearest holder that is emitted too (its span's parent)."""
+    nearest: dict[int, int | None] = {}
+    for at in emitted:
+        holder = held[at]
+        while holder is not None and holder not in emitted:
+            holder = held[holder]
+        nearest[at] = holder
+    return nearest
+
+
 def _node_attributes(node: NodeRecord) -> dict[str, AttributeValue]:
     attributes: dict[str, AttributeValue] = {
         semconv.NODE_NAME: node.name,
@@ -239,10 +281,12 @@ def _node_attributes(node: NodeRecord) -> dict[str, AttributeValue]:
         if name is None and key.startswith("mem_"):
             name = _INT_ARGS[key] = semconv.NODE_SIZE_PREFIX + key
         if name is not None:
-            try:  # noqa: SIM105 (contextlib.suppress costs 1 us a value, per node)
-                attributes[name] = int(value)
-            except (TypeError, ValueError):
-                pass
+            try:  # not contextlib.suppress: it costs 1 us a value, per node
+                number = int(value)
+            except (TypeError, ValueError, OverflowError):  # Infinity, from a file not ORT's
+                continue
+            if -(2**63) <= number < 2**63:  # what OTLP carries
+                attributes[name] = number
         elif key in _SHAPE_ARGS:
             shapes = _shapes(value)
             if shapes:

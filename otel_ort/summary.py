@@ -11,8 +11,8 @@ from typing import TypeVar
 
 from otel_ort import semconv
 from otel_ort.perf.tracks import counters
-from otel_ort.profiling.model import NodeRecord, Profile
-from otel_ort.tables import format_table
+from otel_ort.profiling.model import NodeRecord, Profile, holders
+from otel_ort.tables import format_table, printable
 
 K = TypeVar("K")
 
@@ -27,8 +27,9 @@ def summarize(profiles: Sequence[Profile], top: int = 15, title: str | None = No
     runs = [run for profile in profiles for run in profile.runs]
     nodes = [node for run in runs for node in run.nodes]
     run_total = sum(run.dur for run in runs)
+    named = title or (profiles[0].path if profiles else "no profile")
     lines = [
-        f"{title or profiles[0].path}: {len(runs)} run(s), {len(nodes)} node executions, "
+        f"{printable(named)}: {len(runs)} run(s), {len(nodes)} node executions, "
         f"mean run {run_total / max(len(runs), 1) / 1000:.3f} ms"
     ]
     if any(profile.truncated for profile in profiles):
@@ -37,7 +38,7 @@ def summarize(profiles: Sequence[Profile], top: int = 15, title: str | None = No
     if incomplete:
         lines[0] += f"  ({incomplete} run(s) incomplete: the file ends before they do)"
     if not nodes:
-        lines.append("no node ran: the model's outputs are its inputs or initializers")
+        lines.append("no node events in these runs")
         return "\n".join(lines)
     own = [time for run in runs for time in self_times(run.nodes)]
     nested = any(time != node.dur for node, time in zip(nodes, own, strict=True))
@@ -74,20 +75,11 @@ def summarize(profiles: Sequence[Profile], top: int = 15, title: str | None = No
 
 
 def self_times(nodes: Sequence[NodeRecord]) -> list[float]:
-    """Each node's µs outside the nodes it holds. A control-flow node (Loop, If, Scan) runs
-    its subgraphs' nodes inside its own window, on its thread; ORT gives whole µs, so a held
-    node may end up to 1 µs past its holder."""
+    """Each node's µs outside the nodes it holds (``holders``)."""
     own = [node.dur for node in nodes]
-    holders: dict[int | None, list[int]] = defaultdict(list)  # per thread: the open windows
-    for at in sorted(range(len(nodes)), key=lambda at: (nodes[at].ts, -nodes[at].dur)):
-        node, stack = nodes[at], holders[nodes[at].tid]
-        while stack and not (
-            node.ts < nodes[stack[-1]].end and node.end <= nodes[stack[-1]].end + 1
-        ):
-            stack.pop()
-        if stack:
-            own[stack[-1]] = max(own[stack[-1]] - node.dur, 0.0)
-        stack.append(at)
+    for node, holder in zip(nodes, holders(nodes), strict=True):
+        if holder is not None:
+            own[holder] = max(own[holder] - node.dur, 0.0)
     return own
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +138,21 @@ def test_names_from_the_model_cannot_drive_the_terminal_or_break_a_table(
     assert report.stat().st_size > 0
 
 
+def test_file_names_cannot_drive_the_terminal_or_fail_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    events = [model_run(0, 100), node_event("ok", "Relu", 10, 50)]
+    named = write(tmp_path / "run\x1b[2J.json", events)
+    odd = Path(os.fsdecode(os.fsencode(tmp_path) + b"/bad\xff.json"))  # not UTF-8
+    write(odd, events)
+    assert main(["summary", str(named)]) == 0
+    assert main(["convert", str(named), "--output", str(tmp_path / "o.jsonl")]) == 0
+    assert main(["report", str(odd), "-o", str(tmp_path / "odd.html")]) == 0
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err and "run\\x1b[2J.json: 1 run(s)" in out
+    assert "odd.html: run 0 of 1 (1 nodes)" in out
+
+
 def test_crafted_times_are_skipped_not_a_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -154,6 +170,14 @@ def test_crafted_times_are_skipped_not_a_traceback(
     assert main(["report", str(path), "-o", str(path)]) == 1  # not over the profile
     assert "is the profile itself: write the report elsewhere (-o)" in capsys.readouterr().err
     assert read_profile(path).runs
+    far = {
+        "traceEvents": [model_run(0, 100), node_event("ok", "Relu", 10, 5, output_size=math.inf)],
+        "otherData": {"start_time_unix_ns": 10**21},  # year 33658
+    }
+    path = write(tmp_path / "far.json", far)
+    assert main(["report", str(path), "-o", str(tmp_path / "far.html")]) == 0
+    assert main(["convert", str(path), "--output", str(tmp_path / "far.jsonl")]) == 0
+    assert "Traceback" not in "".join(capsys.readouterr())
 
 
 def test_summary_tables(real_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,6 +6,8 @@ import collections
 import json
 from pathlib import Path
 
+import numpy as np
+import onnxruntime as ort
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -17,6 +19,7 @@ from otel_ort import semconv
 from otel_ort.delivery import SpanDelivery
 from otel_ort.profiling import read_profile
 from otel_ort.spans import SpanBuilder
+from tests.capi_models import loop
 from tests.conftest import attrs
 from tests.otlp_receiver import OtlpReceiver
 from tests.profiles import kernel_event, model_run, node_event, session_level_profile, write
@@ -86,29 +89,81 @@ def test_same_tree_arrives_over_otlp(real_profile: Path) -> None:
         assert node.end_time_unix_nano <= run.end_time_unix_nano
 
 
-def test_node_cap_keeps_longest_and_summarises_the_rest(tmp_path: Path) -> None:
+def test_span_cap_keeps_longest_nodes_with_their_kernels_and_summarises_the_rest(
+    tmp_path: Path,
+) -> None:
+    """The cap counts kernel spans too: a GPU run of 10k nodes has several kernels a node."""
     events = [model_run(0, 1000)] + [
         node_event(f"n{k}", "Relu" if k % 2 else "Add", 10 + k * 10, 1 + k) for k in range(20)
     ]
-    events += [  # a kernel launched by a node left out, and one by a node kept
+    events += [  # a kernel launched by a node left out, one by a node kept, two by no node
         kernel_event("k0", "Add", 11, 1, parent_name="n0_kernel_time"),
         kernel_event("k19", "Relu", 201, 1, parent_name="n19_kernel_time"),
+        kernel_event("stray_short", "Softmax", 500, 1),
+        kernel_event("stray_long", "Softmax", 600, 9),
     ]
     memory = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(memory))
     convert(write(tmp_path / "many.json", events), provider, max_node_spans=5)
+    convert(write(tmp_path / "many.json", events), provider, max_node_spans=6)
+    provider.shutdown()
+    spans = memory.get_finished_spans()
+    runs = [s for s in spans if s.name == semconv.SPAN_RUN]
+    emitted = [
+        sorted(s.name for s in spans if s.parent and s.context.trace_id == run.context.trace_id)
+        for run in runs
+    ]
+    assert emitted == [
+        ["k19", "n16", "n17", "n18", "n19"],  # n19 and its kernel: 2 of the 5
+        ["k19", "n15", "n16", "n17", "n18", "n19"],
+    ]  # the stray kernels: none fit
+    run = runs[0]
+    assert attrs(run)[semconv.RUN_NODE_COUNT] == 20
+    assert attrs(run)[semconv.RUN_NODES_NOT_EMITTED] == 16
+    assert attrs(run)[semconv.RUN_KERNELS_NOT_EMITTED] == 3  # k0, and the 2 unmatched
+    assert attrs(run)[semconv.RUN_UNMATCHED_KERNELS] == 2
+    assert sum(attrs(run)[semconv.RUN_NOT_EMITTED_COUNTS]) == 16
+    assert set(attrs(run)[semconv.RUN_NOT_EMITTED_OP_TYPES]) == {"Add", "Relu"}
+
+
+def test_a_loops_body_nodes_are_child_spans_of_the_loop_node(tmp_path: Path) -> None:
+    """A real ORT Loop: its body's nodes run inside its window, on its thread; as siblings
+    they would show as parallel work in a trace viewer."""
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "loop")
+    session = ort.InferenceSession(loop(), options, providers=["CPUExecutionProvider"])
+    ones = np.ones(3, np.float32)
+    session.run(None, {"trips": np.array(5, np.int64), "start": ones, "x": ones})
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(memory))
+    convert(Path(session.end_profiling()), provider)
     provider.shutdown()
     spans = memory.get_finished_spans()
     (run,) = [s for s in spans if s.name == semconv.SPAN_RUN]
-    assert sorted(s.name for s in spans if s is not run) == [
-        "k19", "n15", "n16", "n17", "n18", "n19"
-    ]  # fmt: skip
-    assert attrs(run)[semconv.RUN_NODE_COUNT] == 20
-    assert attrs(run)[semconv.RUN_NODES_NOT_EMITTED] == 15
+    (loop_span,) = [s for s in spans if attrs(s).get(semconv.NODE_OP_TYPE) == "Loop"]
+    body = [s for s in spans if s.parent and s.parent.span_id == loop_span.context.span_id]
+    assert len(body) >= 5  # a node or more per iteration
+    assert [s for s in spans if s.parent and s.parent.span_id == run.context.span_id] == [loop_span]
+    for span in body:
+        times = (loop_span.start_time, span.start_time, span.end_time, loop_span.end_time)
+        assert sorted(times, key=lambda time: time or 0) == list(times)
+
+
+def test_the_longest_unmatched_kernels_fill_what_the_cap_leaves(tmp_path: Path) -> None:
+    events = [model_run(0, 1000), node_event("n", "Relu", 10, 5)]
+    events += [kernel_event(f"stray{d}", "Softmax", 100 * d, d) for d in (1, 9, 5)]
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(memory))
+    convert(write(tmp_path / "stray.json", events), provider, max_node_spans=3)
+    provider.shutdown()
+    spans = memory.get_finished_spans()
+    assert sorted(s.name for s in spans if s.parent) == ["n", "stray5", "stray9"]
+    (run,) = [s for s in spans if s.name == semconv.SPAN_RUN]
     assert attrs(run)[semconv.RUN_KERNELS_NOT_EMITTED] == 1
-    assert sum(attrs(run)[semconv.RUN_NOT_EMITTED_COUNTS]) == 15
-    assert set(attrs(run)[semconv.RUN_NOT_EMITTED_OP_TYPES]) == {"Add", "Relu"}
 
 
 def test_the_providers_span_limits_apply_to_profile_spans(tmp_path: Path) -> None:

@@ -6,6 +6,8 @@ span builder turns them into absolute nanoseconds.
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,3 +74,22 @@ class Profile:
     """Events skipped and why, one line per kind of problem, with counts."""
     events: list[Any] = field(default_factory=list, repr=False)
     """The file's events as loaded (for rewriting the file without parsing it again)."""
+
+
+def holders(nodes: Sequence[NodeRecord]) -> list[int | None]:
+    """Each node's holder: the index of the innermost node on its thread whose window holds
+    it, or ``None``. A control-flow node (Loop, If, Scan) runs its subgraphs' nodes inside its
+    own window, on its thread; ORT gives whole µs, so a held node may end up to 1 µs past its
+    holder."""
+    held: list[int | None] = [None] * len(nodes)
+    open_windows: dict[int | None, list[int]] = defaultdict(list)  # per thread
+    for at in sorted(range(len(nodes)), key=lambda at: (nodes[at].ts, -nodes[at].dur)):
+        node, stack = nodes[at], open_windows[nodes[at].tid]
+        while stack and not (
+            node.ts < nodes[stack[-1]].end and node.end <= nodes[stack[-1]].end + 1
+        ):
+            stack.pop()
+        if stack:
+            held[at] = stack[-1]
+        stack.append(at)
+    return held

@@ -312,5 +312,10 @@ def _number(value: float) -> int | float:
 
 
 def _iso(ns: int) -> str:
-    moment = datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.timezone.utc)
+    """``ns`` since the epoch as UTC ISO 8601; ``""`` for a time no calendar holds (a
+    start a crafted file declares)."""
+    try:
+        moment = datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.timezone.utc)
+    except (OverflowError, ValueError, OSError):
+        return ""
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

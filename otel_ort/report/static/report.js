@@ -366,7 +366,8 @@
   function renderOps(run) {
     var most = run.ot.length ? run.ot[0][2] : 1;
     var sum = run.ot.reduce(function (total, o) { return total + o[2]; }, 0);
-    $("ops-hint").textContent = "% of the run's wall time" + (sum > run.dur * 1.001 ?
+    $("ops-hint").textContent = "self time, % of the run's wall time (a Loop, If or Scan " +
+      "without its subgraphs' nodes)" + (sum > run.dur * 1.001 ?
       " (nodes ran in parallel: the shares add up to more than 100%)" : "") +
       " · hover: show in the timeline";
     $("ops").innerHTML = run.ot.map(function (o) {
