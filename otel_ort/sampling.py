@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 import os
 import random
 import re
@@ -84,7 +85,7 @@ class RateLimited(ProfileSampler):
         if not 1 <= burst <= _MAX_BURST:
             raise ValueError(f"RateLimited(burst=...): must be 1 to {_MAX_BURST}, got {burst!r}")
         self.per_second = per_second
-        self.burst = burst
+        self.burst = int(burst)
         self._tokens = float(burst)
         self._last = time.monotonic()
         self._lock = threading.Lock()
@@ -124,9 +125,9 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _check_type(value: object, kind: type[int] | type[float], what: str) -> None:
-    """``TypeError`` unless ``value`` is an int (or, for ``float``, an int or a float); a bool
-    is not a number here."""
-    kinds = (int, float) if kind is float else (int,)
+    """``TypeError`` unless ``value`` is a whole number (numpy's too) or, for ``float``, a
+    real number; a bool is not a number here."""
+    kinds = numbers.Real if kind is float else numbers.Integral
     if isinstance(value, bool) or not isinstance(value, kinds):
         named = "a number" if kind is float else "a whole number (int)"
         raise TypeError(f"{what} must be {named}, got {value!r}")
@@ -143,8 +144,8 @@ class EveryNth(ProfileSampler):
             raise ValueError(f"EveryNth(n): n must be >= 1, got {n!r}")
         if skip_first < 0:
             raise ValueError(f"EveryNth(skip_first=...): must be >= 0, got {skip_first!r}")
-        self.n = n
-        self.skip_first = skip_first
+        self.n = int(n)
+        self.skip_first = int(skip_first)
         self._count = itertools.count(1 - skip_first)  # next() is atomic under the GIL
 
     def should_profile(self, span_context: SpanContext) -> bool:

@@ -146,7 +146,7 @@ class SpanBuilder:
                 spans.append(kernel_span)
                 extent[0] = min(extent[0], kernel_span.start_time or extent[0])
                 extent[1] = max(extent[1], kernel_span.end_time or extent[1])
-        for at in sorted(emitted, key=lambda at: -nodes[at].ts):  # held ones first
+        for at in sorted(emitted, key=lambda at: -_depth(at, held_by)):  # held ones first
             holder = held_by[at]
             if holder is not None:  # a holder's span holds its nodes' spans
                 extents[holder][0] = min(extents[holder][0], extents[at][0])
@@ -265,6 +265,14 @@ def _emitted_holders(
             holder = held[holder]
         nearest[at] = holder
     return nearest
+
+
+def _depth(at: int, held_by: Mapping[int, int | None]) -> int:
+    """How many spans hold node ``at``'s span."""
+    depth, holder = 0, held_by[at]
+    while holder is not None:
+        depth, holder = depth + 1, held_by[holder]
+    return depth
 
 
 def _node_attributes(node: NodeRecord) -> dict[str, AttributeValue]:

@@ -798,7 +798,7 @@ def test_a_group_closed_by_another_thread_fails_its_users_cleanly() -> None:
         failures = 0
         for _ in range(100):
             group = ThreadGroup(threading.get_native_id(), "task-clock", (), period_ns=0,
-                                exclude_kernel=False, pages=64)
+                                exclude_kernel=True, pages=64)
             group.enable()
             def use():
                 global failures

@@ -136,12 +136,13 @@ def test_a_cut_off_run_keeps_its_kernels_and_pool_nodes(tmp_path: Path) -> None:
 def test_real_concurrent_runs_each_get_every_node(tmp_path: Path) -> None:
     path = session_level_profile(tmp_path, depth=30, runs=4, threads=3)
     profile = read_profile(path)
-    assert len(profile.runs) == 12
+    found = [(run.tid, run.ts, run.dur, run.complete, len(run.nodes)) for run in profile.runs]
+    assert len(profile.runs) == 12, found  # (what it found: a rare failure, not yet explained)
     ends = [run.end for run in profile.runs]  # sorted by start
     assert any(run.ts < max(ends[:k]) for k, run in enumerate(profile.runs) if k), "no overlap"
     for run in profile.runs:
-        assert run.complete and len(run.nodes) == 90
-        assert {node.tid for node in run.nodes} == {run.tid}
+        assert run.complete and len(run.nodes) == 90, found
+        assert {node.tid for node in run.nodes} == {run.tid}, found
 
 
 def test_gpu_kernels_link_to_nodes(tmp_path: Path) -> None:
@@ -160,29 +161,23 @@ def test_gpu_kernels_link_to_nodes(tmp_path: Path) -> None:
     assert [k.name for k in run.unmatched_kernels] == ["stray_kernel"]
 
 
-def test_gpu_kernels_of_a_repeated_name_or_past_their_nodes_end_link_to_their_own_node(
-    tmp_path: Path,
-) -> None:
-    """A Loop body's node runs once per iteration under one name; ORT starts a node's kernels
-    at its start + 1, + 2, ... µs, past the end of a short launching node."""
+def test_gpu_kernels_of_a_repeated_name_link_to_their_own_node(tmp_path: Path) -> None:
+    """A Loop body's node runs once per iteration under one name; a kernel starting with its
+    node (or before it, by the clocks' rounding) is still its own."""
     events = [
         model_run(0, 200),
         node_event("body_add", "Add", 10, 5),
         node_event("body_add", "Add", 30, 5),
-        node_event("att", "Attention", 100, 2),
-        node_event("att2", "Attention", 104, 20),
         *(kernel_event(f"add{at}", "Add", at + 1, 1, parent_name="body_add_kernel_time")
           for at in (10, 30)),
-        *(kernel_event(f"k{n}", "Attention", 100 + n, 1) for n in range(1, 4)),
+        kernel_event("early", "Add", 9, 1, parent_name="body_add_kernel_time"),
+        kernel_event("same", "Add", 30, 1, parent_name="body_add_kernel_time"),
+        kernel_event("late_matmul", "MatMul", 150, 1),  # no MatMul node holds it
     ]  # fmt: skip
     (run,) = read_profile(write(tmp_path / "gpu.json", events)).runs
     kernels = [(node.name, [k.name for k in node.kernels]) for node in run.nodes]
-    assert kernels == [
-        ("body_add", ["add10"]),
-        ("body_add", ["add30"]),
-        ("att", ["k1", "k2", "k3"]),
-        ("att2", []),
-    ]
+    assert kernels == [("body_add", ["add10", "early"]), ("body_add", ["add30", "same"])]
+    assert [k.name for k in run.unmatched_kernels] == ["late_matmul"]
 
 
 @pytest.mark.parametrize(

@@ -152,6 +152,29 @@ def test_a_loops_body_nodes_are_child_spans_of_the_loop_node(tmp_path: Path) -> 
         assert sorted(times, key=lambda time: time or 0) == list(times)
 
 
+def test_a_span_holds_what_its_held_spans_hold(tmp_path: Path) -> None:
+    """A Loop holds an If that holds a node starting with it, whose GPU kernel ends after the
+    Loop's own window: each span still lies inside its parent."""
+    events = [
+        model_run(0, 300),
+        node_event("loop", "Loop", 0, 100),
+        node_event("if", "If", 10, 40),
+        node_event("add", "Add", 10, 30),
+        kernel_event("k", "Add", 11, 200, parent_name="add_kernel_time"),
+    ]
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(memory))
+    convert(write(tmp_path / "nested.json", events), provider)
+    provider.shutdown()
+    spans = {span.name: span for span in memory.get_finished_spans()}
+    for child, parent in (("k", "add"), ("add", "if"), ("if", "loop")):
+        held, holder = spans[child], spans[parent]
+        assert held.parent is not None and held.parent.span_id == holder.context.span_id
+        times = (holder.start_time, held.start_time, held.end_time, holder.end_time)
+        assert sorted(times, key=lambda time: time or 0) == list(times), (child, parent)
+
+
 def test_the_longest_unmatched_kernels_fill_what_the_cap_leaves(tmp_path: Path) -> None:
     events = [model_run(0, 1000), node_event("n", "Relu", 10, 5)]
     events += [kernel_event(f"stray{d}", "Softmax", 100 * d, d) for d in (1, 9, 5)]

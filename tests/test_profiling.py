@@ -91,6 +91,7 @@ def test_a_forced_run_is_profiled_once_the_twin_serves(
     assert run[semconv.RUN_PROFILED] is True
     path = Path(str(run[semconv.PROFILE_FILE]))
     assert profile_files(profile_dir) == [path]
+    assert path.name.endswith("-1.json")  # the twin's priming run takes no number
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(profile_dir.stat().st_mode) == 0o700
     nodes = children_of(profiling, profiled)

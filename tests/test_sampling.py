@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from opentelemetry import baggage
 from opentelemetry import context as otel_context
@@ -162,6 +163,12 @@ def test_samplers_take_numbers_of_their_kind_only(
     """1.5 would profile every 3rd run, a NaN burst none, True would mean 1."""
     with pytest.raises(TypeError, match=re.escape(message)):
         make()
+
+
+def test_samplers_take_numpy_numbers() -> None:
+    assert repr(EveryNth(np.int64(3), skip_first=np.int32(2))) == "EveryNth(3, skip_first=2)"
+    assert repr(RateLimited(np.float64(2.5), burst=np.int64(4))) == "RateLimited(2.5, burst=4)"
+    assert repr(Ratio(np.float32(0.5))) == "Ratio(0.5)"
 
 
 def test_instrument_options_and_environment(

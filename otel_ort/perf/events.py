@@ -172,10 +172,11 @@ def parse_events(
             events.append(resolved)
         else:
             unavailable.append(resolved)
-    times = [spec.name for spec in events if spec.kind == "time"]
+    times = [spec for spec in events if spec.kind == "time"]
     if len(times) > 1:
+        first, second = (f"{spec.name!r} (alias {spec.alias!r})" for spec in times[:2])
         raise PerfConfigError(
-            f"perf events {times[0]!r} and {times[1]!r} both count the thread's on-CPU time "
+            f"perf events {first} and {second} both count the thread's on-CPU time "
             "(task-clock), which is counted once: keep one"
         )
     taken = owners.get(TIME_ALIAS_DEFAULT)

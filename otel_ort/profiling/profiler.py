@@ -411,7 +411,7 @@ class Profiler:
             csession.close()
             twin.fail(problem)
             return
-        files = store.new_run()
+        files = store.scratch_run()  # the first published file is number 1
         try:
             csession.run(feeds, output_names or None, profile_prefix=files.prefix)
         except UnsupportedOutput:  # ORT's run was done: only an output could not be returned

@@ -307,10 +307,10 @@ def _incomplete_run(items: list[NodeRecord | KernelRecord], tid: int | None) -> 
 
 
 def _link_kernels(nodes: list[NodeRecord], kernels: list[KernelRecord]) -> list[KernelRecord]:
-    """Attach each kernel to its node: the latest one starting before it of the name it
-    links to, else of its op type (a name repeats: a Loop body's nodes run once per
-    iteration; ORT starts a node's kernels at its start + 1, + 2, ... µs, past a short node's
-    end); return those no node claims."""
+    """Attach each kernel to its node: of the name it links to, the latest one starting by
+    the kernel's start, else the first (a name repeats: a Loop body's nodes run once per
+    iteration); with no link, the node of its op type whose window holds its start. Return
+    those no node claims."""
     if not kernels:
         return []
     same_name: dict[str, list[NodeRecord]] = defaultdict(list)
@@ -322,9 +322,13 @@ def _link_kernels(nodes: list[NodeRecord], kernels: list[KernelRecord]) -> list[
     by_op = {op: _Windows(ops) for op, ops in same_op.items()}
     unmatched: list[KernelRecord] = []
     for kernel in kernels:
-        name = str(kernel.args.get(_LINK_ARG, "")).removesuffix(_NODE_SUFFIX)
-        windows = by_name.get(name) or by_op.get(str(kernel.args.get("op_name", "")))
-        node = windows.latest_before(kernel.ts) if windows else None
+        named = by_name.get(str(kernel.args.get(_LINK_ARG, "")).removesuffix(_NODE_SUFFIX))
+        node: NodeRecord | None
+        if named is not None:
+            node = named.latest_from(kernel.ts) or named.windows[0]
+        else:
+            windows = by_op.get(str(kernel.args.get("op_name", "")))
+            node = windows.containing(kernel.ts) if windows else None
         if node is None:
             unmatched.append(kernel)
         else:
@@ -346,9 +350,9 @@ class _Windows(Generic[_W]):
         """The index of the last window starting at or before ``ts``; -1 if none does."""
         return bisect.bisect_right(self.starts, ts) - 1
 
-    def latest_before(self, ts: float) -> _W | None:
-        """The latest window starting before ``ts``."""
-        at = bisect.bisect_left(self.starts, ts) - 1
+    def latest_from(self, ts: float) -> _W | None:
+        """The latest window starting at or before ``ts``."""
+        at = bisect.bisect_right(self.starts, ts + _TOLERANCE_US) - 1
         return self.windows[at] if at >= 0 else None
 
     def containing(self, ts: float, tid: int | None = None) -> _W | None:

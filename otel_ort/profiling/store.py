@@ -180,7 +180,9 @@ class ProfileStore:
 
     def _name_for_this_process(self) -> None:
         """A new tag, and its lock, held (and its file deleted) until this store is collected
-        or the process ends (a forked child closes its copy of its parent's descriptor)."""
+        or the process ends. A forked child must call ``after_fork_in_child``: it closes the
+        child's copy of the parent's descriptor (else the child's end would delete the
+        parent's lock file)."""
         self._tag = f"{os.getpid()}-{secrets.token_hex(3)}-"
         self._pending = os.path.join(self.directory, _PENDING, self._tag)
         inherited = self._alive.detach() if self._alive is not None else None
@@ -188,12 +190,20 @@ class ProfileStore:
             os.close(inherited[2][1])
         self._alive = None
         lock = self._pending + _ALIVE
-        try:
+        fd = -1
+        try:  # a new name: no one else holds it
             fd = os.open(lock, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
-        except OSError as exc:  # then its files are deleted as an ended process's, once old
-            _logger.warning("otel-ort: cannot lock %s (%s)", lock, exc)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:  # NFS without locks: its files are swept as an ended one's
+            _logger.warning(
+                "otel-ort: cannot lock %s (%s): raw files this process keeps "
+                "over an hour may be deleted by another",
+                lock,
+                exc.strerror,
+            )
+            if fd >= 0:
+                _release(lock, fd)
             return
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new name: no one else holds it
         self._alive = weakref.finalize(self, _release, lock, fd)
 
     def _remove_leftovers(self) -> None:
@@ -245,15 +255,7 @@ class ProfileStore:
             return False
         tag = match[1]
         if tag not in known:
-            known[tag] = False
-            with contextlib.suppress(FileNotFoundError):
-                fd = os.open(os.path.join(self.directory, _PENDING, tag + _ALIVE), os.O_RDONLY)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    known[tag] = True
-                finally:
-                    os.close(fd)
+            known[tag] = _held(os.path.join(self.directory, _PENDING, tag + _ALIVE))
         return known[tag]
 
     @staticmethod
@@ -312,6 +314,23 @@ class ProfileStore:
             found.append((info.st_mtime_ns, path, info.st_size))
         found.sort()
         return deque((path, size) for _, path, size in found), sum(size for *_, size in found)
+
+
+def _held(lock: str) -> bool:
+    """Whether another open file holds ``lock``'s flock; so when it cannot be told."""
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held (EWOULDBLOCK), or no locks here: spare its files
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def _release(lock: str, fd: int) -> None:
