@@ -12,6 +12,7 @@ import numpy as np
 import onnxruntime as ort
 
 from otel_ort.demo_model import mlp_model
+from tests.capi_models import loop
 
 
 def session_level_profile(
@@ -65,3 +66,15 @@ def kernel_event(name: str, op: str, ts: int, dur: int, **args: Any) -> dict[str
 def write(path: Path, events: Any) -> Path:
     path.write_text(json.dumps(events))
     return path
+
+
+def loop_profile(directory: Path, trips: int) -> Path:
+    """A session-level profile of one run of ``capi_models.loop`` (``trips`` iterations):
+    the Loop node's window holds its body's nodes."""
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(directory / "loop")
+    session = ort.InferenceSession(loop(), options, providers=["CPUExecutionProvider"])
+    ones = np.ones(3, np.float32)
+    session.run(None, {"trips": np.array(trips, np.int64), "start": ones, "x": ones})
+    return Path(session.end_profiling())

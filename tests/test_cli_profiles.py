@@ -6,17 +6,21 @@ import math
 import os
 from pathlib import Path
 
-import numpy as np
-import onnxruntime as ort
 import pytest
 
 from otel_ort import semconv
 from otel_ort.cli import main
 from otel_ort.profiling import read_profile
-from tests.capi_models import loop
 from tests.conftest import file_spans
 from tests.otlp_receiver import OtlpReceiver
-from tests.profiles import kernel_event, model_run, node_event, session_level_profile, write
+from tests.profiles import (
+    kernel_event,
+    loop_profile,
+    model_run,
+    node_event,
+    session_level_profile,
+    write,
+)
 from tests.test_report import SPAN_ID, TRACE_ID, kept_file
 
 
@@ -266,13 +270,7 @@ def test_summary_counts_a_loops_subgraph_nodes_once(
 ) -> None:
     """A Loop node's window holds its body's nodes (same thread): the shares are of self time,
     so they add up to at most the run, and each node's total stays whole."""
-    options = ort.SessionOptions()
-    options.enable_profiling = True
-    options.profile_file_prefix = str(tmp_path / "loop")
-    session = ort.InferenceSession(loop(), options, providers=["CPUExecutionProvider"])
-    ones = np.ones(3, np.float32)
-    session.run(None, {"trips": np.array(50, np.int64), "start": ones, "x": ones})
-    path = session.end_profiling()
+    path = str(loop_profile(tmp_path, trips=50))
     profile = read_profile(path)
     (run,) = profile.runs
     (loop_node,) = [node for node in run.nodes if node.op_type == "Loop"]

@@ -17,11 +17,14 @@ from tests.otlp_receiver import OtlpReceiver
 pytestmark = pytest.mark.e2e
 
 
+def demo(*arguments: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    """``otel-ort demo ARGUMENTS`` as a user types it."""
+    command = [str(Path(sys.executable).with_name("otel-ort")), "demo", *arguments]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+
+
 def test_demo_prints_span_tree_and_writes_otlp_json(tmp_path: Path) -> None:
-    completed = subprocess.run(
-        [str(Path(sys.executable).with_name("otel-ort")), "demo", "--output-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    completed = demo("--output-dir", str(tmp_path), timeout=300)
     assert completed.returncode == 0, completed.stderr
     out = completed.stdout
     assert "├─ onnxruntime.session.create" in out
@@ -54,10 +57,7 @@ def test_demo_prints_span_tree_and_writes_otlp_json(tmp_path: Path) -> None:
 
 
 def test_demo_rejects_bad_arguments() -> None:
-    completed = subprocess.run(
-        [str(Path(sys.executable).with_name("otel-ort")), "demo", "--requests", "0"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    completed = demo("--requests", "0", timeout=60)
     assert completed.returncode == 2
     assert "usage: otel-ort demo" in completed.stderr
     assert "argument --requests: must be at least 6, got 0" in completed.stderr
@@ -65,11 +65,9 @@ def test_demo_rejects_bad_arguments() -> None:
 
 def test_demo_sends_the_same_spans_over_otlp(tmp_path: Path) -> None:
     with OtlpReceiver() as receiver:
-        completed = subprocess.run(
-            [str(Path(sys.executable).with_name("otel-ort")), "demo", "--output-dir",
-             str(tmp_path), "--otlp-endpoint", receiver.grpc_endpoint],
-            capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
+        completed = demo(
+            "--output-dir", str(tmp_path), "--otlp-endpoint", receiver.grpc_endpoint, timeout=300
+        )
         assert completed.returncode == 0, completed.stderr
         received = receiver.wait_for_spans(62)
     assert f"OTLP:     spans and metrics to {receiver.grpc_endpoint}: all sent" in completed.stdout
@@ -86,11 +84,9 @@ def test_demo_says_when_spans_do_not_reach_the_endpoint(tmp_path: Path) -> None:
     with socket.socket() as probe:  # a port nothing listens on once closed
         probe.bind(("127.0.0.1", 0))
         endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
-    completed = subprocess.run(
-        [str(Path(sys.executable).with_name("otel-ort")), "demo", "--requests", "6",
-         "--output-dir", str(tmp_path), "--otlp-endpoint", endpoint],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    completed = demo(
+        "--requests", "6", "--output-dir", str(tmp_path), "--otlp-endpoint", endpoint, timeout=300
+    )
     assert completed.returncode == 1, completed.stderr
     verdict = completed.stdout.split(f"OTLP:     spans and metrics to {endpoint}: ")[1]
     counted = re.match(
@@ -106,11 +102,7 @@ def test_demo_says_when_spans_do_not_reach_the_endpoint(tmp_path: Path) -> None:
 
 def test_demo_says_an_output_dir_that_is_a_file_is_not_a_directory(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    completed = subprocess.run(
-        [str(Path(sys.executable).with_name("otel-ort")), "demo", "--output-dir",
-         str(tmp_path / "file")],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    completed = demo("--output-dir", str(tmp_path / "file"), timeout=60)
     assert completed.returncode == 1
     assert completed.stderr == (
         f"otel-ort demo: {tmp_path / 'file'} is a file, not a directory; choose another "
@@ -120,11 +112,7 @@ def test_demo_says_an_output_dir_that_is_a_file_is_not_a_directory(tmp_path: Pat
 
 def test_demo_names_an_output_dir_it_cannot_write(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    completed = subprocess.run(
-        [str(Path(sys.executable).with_name("otel-ort")), "demo", "--output-dir",
-         str(tmp_path / "file" / "out")],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    completed = demo("--output-dir", str(tmp_path / "file" / "out"), timeout=60)
     assert completed.returncode == 1
     assert completed.stderr == (
         f"otel-ort demo: cannot write {tmp_path / 'file' / 'out'}: Not a directory; choose "
@@ -135,11 +123,7 @@ def test_demo_names_an_output_dir_it_cannot_write(tmp_path: Path) -> None:
 def test_demo_names_a_profile_dir_it_must_not_use(tmp_path: Path) -> None:
     (tmp_path / "open").mkdir()
     (tmp_path / "open").chmod(0o777)
-    completed = subprocess.run(
-        [str(Path(sys.executable).with_name("otel-ort")), "demo", "--output-dir",
-         str(tmp_path / "open" / "out")],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    completed = demo("--output-dir", str(tmp_path / "open" / "out"), timeout=60)
     assert completed.returncode == 1
     assert completed.stderr.startswith(
         f"otel-ort demo: --output-dir: the profiles' directory "

@@ -134,12 +134,18 @@ def test_a_cut_off_run_keeps_its_kernels_and_pool_nodes(tmp_path: Path) -> None:
 
 
 def test_real_concurrent_runs_each_get_every_node(tmp_path: Path) -> None:
-    path = session_level_profile(tmp_path, depth=30, runs=4, threads=3)
-    profile = read_profile(path)
-    found = [(run.tid, run.ts, run.dur, run.complete, len(run.nodes)) for run in profile.runs]
-    assert len(profile.runs) == 12, found  # (what it found: a rare failure, not yet explained)
-    ends = [run.end for run in profile.runs]  # sorted by start
-    assert any(run.ts < max(ends[:k]) for k, run in enumerate(profile.runs) if k), "no overlap"
+    for attempt in range(5):  # a loaded machine may run the threads one after another
+        directory = tmp_path / str(attempt)
+        directory.mkdir()
+        path = session_level_profile(directory, depth=30, runs=4, threads=3)
+        profile = read_profile(path)
+        found = [(run.tid, run.ts, run.dur, run.complete, len(run.nodes)) for run in profile.runs]
+        assert len(profile.runs) == 12, found
+        ends = [run.end for run in profile.runs]  # sorted by start
+        if any(run.ts < max(ends[:k]) for k, run in enumerate(profile.runs) if k):
+            break
+    else:
+        pytest.fail("no two runs overlapped in 5 profiles")
     for run in profile.runs:
         assert run.complete and len(run.nodes) == 90, found
         assert {node.tid for node in run.nodes} == {run.tid}, found

@@ -6,8 +6,6 @@ import collections
 import json
 from pathlib import Path
 
-import numpy as np
-import onnxruntime as ort
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -19,10 +17,16 @@ from otel_ort import semconv
 from otel_ort.delivery import SpanDelivery
 from otel_ort.profiling import read_profile
 from otel_ort.spans import SpanBuilder
-from tests.capi_models import loop
 from tests.conftest import attrs
 from tests.otlp_receiver import OtlpReceiver
-from tests.profiles import kernel_event, model_run, node_event, session_level_profile, write
+from tests.profiles import (
+    kernel_event,
+    loop_profile,
+    model_run,
+    node_event,
+    session_level_profile,
+    write,
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +38,16 @@ def convert(path: Path, provider: TracerProvider, **options: int) -> int:
     profile = read_profile(path)
     builder, delivery = SpanBuilder(provider, **options), SpanDelivery(provider)
     return sum(delivery.deliver(builder.run_tree(profile, run)) for run in profile.runs)
+
+
+def converted(path: Path, **options: int) -> tuple[ReadableSpan, ...]:
+    """The spans ``convert`` makes of ``path``, finished."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(memory))
+    convert(path, provider, **options)
+    provider.shutdown()
+    return memory.get_finished_spans()
 
 
 def check_tree(spans: list[ReadableSpan], node_events: int) -> None:
@@ -130,18 +144,7 @@ def test_span_cap_keeps_longest_nodes_with_their_kernels_and_summarises_the_rest
 def test_a_loops_body_nodes_are_child_spans_of_the_loop_node(tmp_path: Path) -> None:
     """A real ORT Loop: its body's nodes run inside its window, on its thread; as siblings
     they would show as parallel work in a trace viewer."""
-    options = ort.SessionOptions()
-    options.enable_profiling = True
-    options.profile_file_prefix = str(tmp_path / "loop")
-    session = ort.InferenceSession(loop(), options, providers=["CPUExecutionProvider"])
-    ones = np.ones(3, np.float32)
-    session.run(None, {"trips": np.array(5, np.int64), "start": ones, "x": ones})
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(memory))
-    convert(Path(session.end_profiling()), provider)
-    provider.shutdown()
-    spans = memory.get_finished_spans()
+    spans = converted(loop_profile(tmp_path, trips=5))
     (run,) = [s for s in spans if s.name == semconv.SPAN_RUN]
     (loop_span,) = [s for s in spans if attrs(s).get(semconv.NODE_OP_TYPE) == "Loop"]
     body = [s for s in spans if s.parent and s.parent.span_id == loop_span.context.span_id]
@@ -162,12 +165,7 @@ def test_a_span_holds_what_its_held_spans_hold(tmp_path: Path) -> None:
         node_event("add", "Add", 10, 30),
         kernel_event("k", "Add", 11, 200, parent_name="add_kernel_time"),
     ]
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(memory))
-    convert(write(tmp_path / "nested.json", events), provider)
-    provider.shutdown()
-    spans = {span.name: span for span in memory.get_finished_spans()}
+    spans = {span.name: span for span in converted(write(tmp_path / "nested.json", events))}
     for child, parent in (("k", "add"), ("add", "if"), ("if", "loop")):
         held, holder = spans[child], spans[parent]
         assert held.parent is not None and held.parent.span_id == holder.context.span_id
@@ -178,12 +176,7 @@ def test_a_span_holds_what_its_held_spans_hold(tmp_path: Path) -> None:
 def test_the_longest_unmatched_kernels_fill_what_the_cap_leaves(tmp_path: Path) -> None:
     events = [model_run(0, 1000), node_event("n", "Relu", 10, 5)]
     events += [kernel_event(f"stray{d}", "Softmax", 100 * d, d) for d in (1, 9, 5)]
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(memory))
-    convert(write(tmp_path / "stray.json", events), provider, max_node_spans=3)
-    provider.shutdown()
-    spans = memory.get_finished_spans()
+    spans = converted(write(tmp_path / "stray.json", events), max_node_spans=3)
     assert sorted(s.name for s in spans if s.parent) == ["n", "stray5", "stray9"]
     (run,) = [s for s in spans if s.name == semconv.SPAN_RUN]
     assert attrs(run)[semconv.RUN_KERNELS_NOT_EMITTED] == 1
@@ -216,12 +209,7 @@ def test_kernels_hang_under_nodes_and_parents_cover_children(tmp_path: Path) -> 
         kernel_event("gemm", "MatMul", 25, 200),  # starts in mm, ends after the run window
         kernel_event("stray", "Softmax", 50, 5),
     ]
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(memory))
-    convert(write(tmp_path / "gpu.json", events), provider)
-    provider.shutdown()
-    spans = {span.name: span for span in memory.get_finished_spans()}
+    spans = {span.name: span for span in converted(write(tmp_path / "gpu.json", events))}
     run, node, gemm, stray = (spans[n] for n in (semconv.SPAN_RUN, "mm", "gemm", "stray"))
     assert gemm.parent.span_id == node.context.span_id  # type: ignore[union-attr]
     assert stray.parent.span_id == run.context.span_id  # type: ignore[union-attr]
