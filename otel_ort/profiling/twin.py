@@ -55,8 +55,8 @@ class TwinUnavailable(Exception):
 
 
 def twin_config(session: Any) -> SessionConfig:
-    """The C-API session config reproducing ``session``; ``TwinUnavailable`` if impossible."""
-    model = _twin_model(session)
+    """The C-API session config reproducing ``session``; ``TwinUnavailable`` if impossible
+    (the cheap refusals first: the model's own checks read the whole file)."""
     live = session.get_session_options()
     config_entries: dict[str, str] = {}
     by_name: dict[str, int] = {}
@@ -78,7 +78,7 @@ def twin_config(session: Any) -> SessionConfig:
             by_denotation[str(args[0])] = int(args[1])
     severity = int(live.log_severity_level)
     return SessionConfig(
-        model=model,
+        model=_twin_model(session),
         intra_op_num_threads=int(live.intra_op_num_threads),
         inter_op_num_threads=int(live.inter_op_num_threads),
         graph_optimization_level=int(live.graph_optimization_level),
