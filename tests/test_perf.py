@@ -6,6 +6,7 @@ instead: a clear warning, the run still profiled, the other counters complete.
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import gc
 import json
@@ -275,6 +276,43 @@ def test_a_pool_that_cannot_start_says_why_and_stays_usable(counter_factory: Any
     assert isinstance(started, str) and started.startswith("perf counting could not start: ")
     assert counter.pool.lock.acquire(blocking=False)
     counter.pool.lock.release()
+
+
+def short_lived_native_thread() -> int:
+    """The OS id of a thread Python's ``threading`` does not list, once it has ended."""
+    started = threading.Event()
+    tid: list[int] = []
+
+    def body() -> None:
+        tid.append(threading.get_native_id())
+        started.set()
+
+    _thread.start_new_thread(body, ())
+    started.wait()
+    while str(tid[0]) in os.listdir("/proc/self/task"):
+        time.sleep(0.001)
+    return tid[0]
+
+
+def test_a_thread_that_ended_is_left_out_of_a_pool_without_a_problem() -> None:
+    """ORT's pool threads live as long as their session: a thread found gone when its
+    events are opened was another library's, and is no problem of the runs."""
+    counters = PerfCounters(parse_events(["task-clock"]), 100_000, True)
+    assert counters.prepare(), counters.unavailable
+    ended = short_lived_native_thread()
+    waiting = threading.Event()
+    alive = threading.Thread(target=waiting.wait)
+    alive.start()
+    try:
+        for stays_on in (True, False):
+            pool = counters.pool([ended, alive.native_id or 0], stays_on=stays_on)
+            assert [group.tid for group in pool.groups] == [alive.native_id]
+            assert pool.problems == []
+            pool.close()
+    finally:
+        waiting.set()
+        alive.join()
+        counters.close()
 
 
 def test_a_group_is_not_closed_at_interpreter_exit_before_shutdown() -> None:

@@ -28,6 +28,7 @@ runs must not pay for switch records and samples.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import threading
 import time
@@ -265,7 +266,8 @@ class PerfCounters:
 
     def pool(self, tids: Iterable[int], *, stays_on: bool) -> Pool:
         """Groups on a twin's threads, enabled if they are to stay on (``prepare`` must have
-        succeeded)."""
+        succeeded). A thread that has ended is left out: ORT's pool threads live as long as
+        their session, so it was another library's, started while the session was made."""
         groups, problems, settled = [], [], []
         for tid in tids:
             try:
@@ -275,6 +277,9 @@ class PerfCounters:
                     settled.append(_read_counting(group))
                 groups.append(group)
             except OSError as exc:
+                if exc.errno == errno.ESRCH:  # ended: not a live session's pool thread
+                    _logger.debug("thread %d ended before its perf events were opened", tid)
+                    continue
                 problems.append(
                     f"thread {tid} not counted: {probe.event_problem('perf events', exc)}"
                 )
