@@ -100,9 +100,9 @@ def write_report(
 
 
 def save_report(report: Report, path: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
-    """Write ``report`` (of the profile at ``path``) to ``out``, a file or a directory (one
-    named with a trailing slash is created if missing); never over the profile itself
-    (:class:`ReportError`)."""
+    """Write ``report`` (of the profile at ``path``) to ``out``, a file or a directory (a
+    ``str`` ending in a slash is a directory, created if missing; a ``Path`` drops that
+    slash); never over the profile itself (:class:`ReportError`)."""
     target = Path(out)
     if os.fspath(out).endswith(os.sep):
         target.mkdir(parents=True, exist_ok=True)
