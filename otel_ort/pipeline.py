@@ -24,7 +24,6 @@ import os
 import threading
 import time
 import urllib.parse
-import weakref
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_ort import semconv
+from otel_ort.forking import after_fork_in_child
 from otel_ort.spans import PROFILE_SCOPE_NAME
 from otel_ort.version import __version__
 
@@ -78,6 +78,11 @@ class DropCounter:
         self._last_logged = -_LOG_INTERVAL_S
         self._lock = threading.Lock()
         self._metric: Counter_ | None = None
+        after_fork_in_child(self, DropCounter._restart)
+
+    def _restart(self) -> None:
+        """In a forked child: count its own drops, under a lock of its own."""
+        self._counts, self._unlogged, self._lock = Counter(), Counter(), threading.Lock()
 
     def measure_with(self, meter_provider: ApiMeterProvider) -> None:
         """Record drops from now on in the ``otel_ort.spans.dropped`` counter of this provider."""
@@ -298,8 +303,10 @@ class RequestSpanProcessor(_CountingBatchProcessor):
         super().__init__(exporter, drops)
         self._adding = threading.Lock()
         self._closed = False  # set under ``_adding``, before the SDK's own flag
-        reference = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: _fresh_adding_lock(reference))
+        after_fork_in_child(self, RequestSpanProcessor._fresh_adding_lock)
+
+    def _fresh_adding_lock(self) -> None:
+        self._adding = threading.Lock()
 
     def on_end(self, span: ReadableSpan) -> None:
         """Queue ``span``, or count it dropped: a full queue drops the new span, not the oldest
@@ -329,13 +336,6 @@ class RequestSpanProcessor(_CountingBatchProcessor):
         with self._adding:
             self._closed = True
         super().shutdown(timeout_millis)
-
-
-def _fresh_adding_lock(reference: weakref.ref[RequestSpanProcessor]) -> None:
-    """In a forked child: a lock a parent's thread held at the fork would stay held."""
-    processor = reference()
-    if processor is not None:
-        processor._adding = threading.Lock()
 
 
 class ProfileSpanProcessor(_CountingBatchProcessor):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import select
+import signal
 import socket
 import threading
 import time
@@ -329,6 +333,31 @@ def test_drops_are_a_metric_by_stream_and_reason() -> None:
         ((reason, "queue_full"), (stream, "requests")): 2,
     }
     assert drops.counts() == {"profiles.export_failed": 7, "requests.queue_full": 2}
+
+
+def test_a_forked_child_counts_its_own_drops_under_a_lock_of_its_own() -> None:
+    """A pre-forking server's worker: the parent's drops are not its own, and a lock a
+    parent's thread held at the fork would stay held there."""
+    drops = DropCounter()
+    drops.add("requests", "queue_full", 3, "full")
+    read_end, write_end = os.pipe()
+    with drops._lock:  # held, as by the parent's export thread at the fork
+        pid = os.fork()
+        if pid == 0:
+            try:
+                drops.add("profiles", "export_failed", 1, "down")
+                os.write(write_end, json.dumps(drops.counts()).encode())
+            finally:
+                os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        ready, _, _ = select.select([pipe], [], [], 30)
+        child = json.loads(pipe.read()) if ready else "the child hung on the parent's lock"
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert child == {"profiles.export_failed": 1}
+    assert drops.counts() == {"requests.queue_full": 3}
 
 
 @pytest.mark.parametrize(

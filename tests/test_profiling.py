@@ -422,17 +422,21 @@ def test_profiling_works_in_a_forked_child(
                 )
                 for s in run_spans(profiling)
             ]
-            os.write(write_end, json.dumps([report, len(profiled_spans(profiling))]).encode())
+            counts = OrtInstrumentor()._profiler.counts()
+            os.write(
+                write_end, json.dumps([report, len(profiled_spans(profiling)), counts]).encode()
+            )
             status = 0
         finally:
             os._exit(status)
     os.close(write_end)
     with os.fdopen(read_end) as pipe:
-        report, profiled = json.loads(pipe.read() or "[[], 0]")
+        report, profiled, counts = json.loads(pipe.read() or "[[], 0, {}]")
     _, wait_status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(wait_status) == 0
     assert [reason for reason, _, _ in report] == [semconv.SKIP_TWIN_NOT_READY, None]
     assert profiled == 1
+    assert counts == {semconv.SKIP_TWIN_NOT_READY: 1, "profiled": 1}  # the child's own
     assert f"_{pid}-" in report[1][1]  # named by the child: nothing shared with the parent
     assert report[1][2] > 0
     with profile_next_run():

@@ -20,7 +20,6 @@ import atexit
 import contextlib
 import inspect
 import logging
-import os
 import threading
 import time
 import weakref
@@ -50,6 +49,7 @@ from otel_ort.capi import (
 )
 from otel_ort.delivery import NotSdkTracerProvider, SpanDelivery
 from otel_ort.failures import report_failure
+from otel_ort.forking import after_fork_in_child
 from otel_ort.options import ProfilingOptions
 from otel_ort.perf.counting import Counting, PerfCounters, Pool, RawRun
 from otel_ort.perf.report import count_profile
@@ -159,7 +159,7 @@ class Profiler:
         )
         reference = weakref.ref(self)
         _before_atexit_handlers(lambda: _shut_down(reference))
-        os.register_at_fork(after_in_child=lambda: _after_fork(reference))
+        after_fork_in_child(self, Profiler._after_fork_in_child)
 
     # -- request thread -------------------------------------------------------------------
 
@@ -648,6 +648,7 @@ class Profiler:
         self.worker.reset_after_fork()
         self._lock = threading.Lock()
         self._counts_lock = threading.Lock()
+        self._counts = Counter()  # counts() are this process's
         if self._store is not None:
             self._store.after_fork_in_child()
         for twin in list(self._twins):
@@ -751,9 +752,3 @@ def _shut_down(reference: Callable[[], Profiler | None]) -> None:
             profiler.shutdown()
         except Exception:
             report_failure("could not shut profiling down at exit")
-
-
-def _after_fork(reference: Callable[[], Profiler | None]) -> None:
-    profiler = reference()
-    if profiler is not None:
-        profiler._after_fork_in_child()
