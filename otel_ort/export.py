@@ -14,6 +14,8 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from otel_ort.forking import renew_locks_in_child
+
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId")
 
 
@@ -31,6 +33,7 @@ class OtlpJsonFileSpanExporter(SpanExporter):
         self.problem = ""
         """Why the last of them could not."""
         self._lock = threading.Lock()
+        renew_locks_in_child(self, "_lock")
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in shutdown)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:

@@ -8,8 +8,11 @@ once a minute with the number seen since.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
+
+from otel_ort.forking import renew_locks_in_child
 
 _logger = logging.getLogger("otel_ort")
 
@@ -27,6 +30,7 @@ class _Kind:
 
 _kinds: dict[str, _Kind] = {}
 _lock = threading.Lock()
+renew_locks_in_child(sys.modules[__name__], "_lock")
 
 
 def report_failure(what: str) -> None:

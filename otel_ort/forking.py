@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from collections.abc import Callable
 from typing import TypeVar
@@ -21,3 +22,13 @@ def after_fork_in_child(owner: T, repair: Callable[[T], None]) -> None:
             repair(alive)
 
     os.register_at_fork(after_in_child=in_child)
+
+
+def renew_locks_in_child(owner: object, *names: str) -> None:
+    """Give ``owner`` new locks in its attributes ``names`` in each child forked while it lives."""
+
+    def renew(alive: object) -> None:
+        for name in names:
+            setattr(alive, name, threading.Lock())
+
+    after_fork_in_child(owner, renew)

@@ -45,7 +45,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_ort import semconv
-from otel_ort.forking import after_fork_in_child
+from otel_ort.forking import after_fork_in_child, renew_locks_in_child
 from otel_ort.spans import PROFILE_SCOPE_NAME
 from otel_ort.version import __version__
 
@@ -180,6 +180,7 @@ class CountingSpanExporter(SpanExporter):
         self._in_flight = 0
         self._abandoned = 0  # how many times exports in flight were given up
         self._lock = threading.Lock()
+        renew_locks_in_child(self, "_lock")
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         target = self._endpoint.target
@@ -303,10 +304,7 @@ class RequestSpanProcessor(_CountingBatchProcessor):
         super().__init__(exporter, drops)
         self._adding = threading.Lock()
         self._closed = False  # set under ``_adding``, before the SDK's own flag
-        after_fork_in_child(self, RequestSpanProcessor._fresh_adding_lock)
-
-    def _fresh_adding_lock(self) -> None:
-        self._adding = threading.Lock()
+        renew_locks_in_child(self, "_adding")
 
     def on_end(self, span: ReadableSpan) -> None:
         """Queue ``span``, or count it dropped: a full queue drops the new span, not the oldest

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import sys
 import threading
 import uuid
 from collections.abc import Mapping
@@ -21,20 +22,13 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_ort import semconv
 from otel_ort.failures import report_failure
+from otel_ort.forking import renew_locks_in_child
 
 _CACHE_ATTR = "_otel_ort_facts"
 _SESSION_IDS = itertools.count(1)
 _PROCESS_TAG = uuid.uuid4().hex[:8]
 _collect_lock = threading.Lock()
-
-
-def _new_lock_in_child() -> None:
-    """A child forked while another thread held the lock (hashing a model) would wait forever."""
-    global _collect_lock  # noqa: PLW0603 (the module's one lock, replaced in the child)
-    _collect_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_new_lock_in_child)
+renew_locks_in_child(sys.modules[__name__], "_collect_lock")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 from collections.abc import Callable
 from importlib.util import find_spec
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import cffi  # type: ignore[import-untyped,unused-ignore]  # no stubs in the dev env
+
+from otel_ort.forking import renew_locks_in_child
 
 ffi = cffi.FFI()
 ffi.cdef(
@@ -248,6 +251,7 @@ class CApi:
             if first_api_version(slot) <= self.api_version
         }
         self._lock = threading.Lock()
+        renew_locks_in_child(self, "_lock")
         self._env: Any = None
         self._cpu_memory_info: Any = None
         self._allocator: Any = None
@@ -347,17 +351,7 @@ def _get_api(base: Any, ort_version: str) -> tuple[int, Any]:
 
 _apis: dict[str, CApi] = {}
 _apis_lock = threading.Lock()
-
-
-def _fresh_locks_after_fork() -> None:
-    """In a forked child: a lock a parent's thread held at the fork would stay held."""
-    global _apis_lock  # noqa: PLW0603 (the module's one lock, replaced, not shared)
-    _apis_lock = threading.Lock()
-    for api in _apis.values():
-        api._lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_fresh_locks_after_fork)
+renew_locks_in_child(sys.modules[__name__], "_apis_lock")
 
 
 def load_api(library: str | os.PathLike[str] | None = None) -> CApi:

@@ -8,11 +8,14 @@ raises :class:`PfmUnavailableError`, whose message says why, when it cannot.
 from __future__ import annotations
 
 import struct
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 import cffi  # type: ignore[import-untyped,unused-ignore]  # no stubs in the dev env
+
+from otel_ort.forking import renew_locks_in_child
 
 DEFAULT_LIBRARY = "libpfm.so.4"
 INSTALL_HINT = "apt install libpfm4 on Debian/Ubuntu, dnf install libpfm on Fedora"
@@ -84,6 +87,7 @@ class Libpfm:
             raise PfmUnavailableError(f"libpfm4 failed to initialise: {self._strerror(rc)}")
         self.library = library
         self._lock = threading.Lock()
+        renew_locks_in_child(self, "_lock")
 
     def _strerror(self, rc: int) -> str:
         return str(_ffi.string(self._lib.pfm_strerror(rc)).decode(errors="replace"))
@@ -110,6 +114,7 @@ class Libpfm:
 
 _loaded: dict[str, Libpfm | PfmUnavailableError] = {}
 _load_lock = threading.Lock()
+renew_locks_in_child(sys.modules[__name__], "_load_lock")
 
 
 def load(library: str = DEFAULT_LIBRARY) -> Libpfm:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -19,21 +20,14 @@ from typing import Any
 
 from otel_ort.capi import Termination
 from otel_ort.failures import report_failure
+from otel_ort.forking import renew_locks_in_child
 
 _RECORDED: weakref.WeakKeyDictionary[Any, list[tuple[str, tuple[Any, ...]]]] = (
     weakref.WeakKeyDictionary()
 )
 _recorded_lock = threading.Lock()
+renew_locks_in_child(sys.modules[__name__], "_recorded_lock")
 _originals: dict[tuple[type, str], Any] = {}
-
-
-def _fresh_lock_after_fork() -> None:
-    """In a forked child: a lock a parent's thread held at the fork would stay held."""
-    global _recorded_lock  # noqa: PLW0603 (the module's one lock, replaced, not shared)
-    _recorded_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_fresh_lock_after_fork)
 
 OPTION_RECORDERS = {
     "SessionOptions": (

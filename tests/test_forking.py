@@ -1,0 +1,71 @@
+"""Locks a parent's thread holds at a fork (gunicorn's pre-forked workers) are free in the child."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_ort import failures, session_facts
+from otel_ort.capi import library
+from otel_ort.export import OtlpJsonFileSpanExporter
+from otel_ort.perf import pfm
+from otel_ort.pipeline import CountingSpanExporter, Endpoint
+from otel_ort.profiling import recorded_options
+
+
+def locked_in_child(locks: dict[str, Callable[[], threading.Lock]]) -> dict[str, bool]:
+    """Fork while holding every lock; which of them the child finds held."""
+    held = [get() for get in locks.values()]
+    read_end, write_end = os.pipe()
+    for lock in held:
+        lock.acquire()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                found = {name: get().locked() for name, get in locks.items()}
+                os.write(write_end, json.dumps(found).encode())
+            finally:
+                os._exit(0)
+    finally:
+        for lock in held:
+            lock.release()
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        ready, _, _ = select.select([pipe], [], [], 30)
+        found = json.loads(pipe.read()) if ready else {}
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return found
+
+
+def test_otel_orts_locks_are_free_in_a_forked_child(tmp_path: Path) -> None:
+    exporter = CountingSpanExporter(InMemorySpanExporter(), Endpoint("http://localhost:4318"))
+    file_exporter = OtlpJsonFileSpanExporter(tmp_path / "spans.jsonl")
+    api = library.load_api()
+    locks: dict[str, Callable[[], threading.Lock]] = {
+        "failures": lambda: failures._lock,
+        "session facts": lambda: session_facts._collect_lock,
+        "recorded options": lambda: recorded_options._recorded_lock,
+        "C API table": lambda: library._apis_lock,
+        "C API": lambda: api._lock,
+        "counting exporter": lambda: exporter._lock,
+        "file exporter": lambda: file_exporter._lock,
+        "libpfm loading": lambda: pfm._load_lock,
+    }
+    with contextlib.suppress(pfm.PfmUnavailableError):  # optional: its loading lock is checked
+        libpfm = pfm.load()
+        locks["libpfm"] = lambda: libpfm._lock
+    try:
+        assert locked_in_child(locks) == dict.fromkeys(locks, False)
+    finally:
+        file_exporter.shutdown()
