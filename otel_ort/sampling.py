@@ -18,13 +18,14 @@ import random
 import re
 import threading
 import time
-import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 from opentelemetry.trace import SpanContext
+
+from otel_ort.forking import renew_locks_in_child
 
 PROFILE_BAGGAGE_KEY = "onnxruntime.profile"
 """Baggage entry that forces the profile of every run in its trace when its value is ``1``."""
@@ -89,7 +90,7 @@ class RateLimited(ProfileSampler):
         self._tokens = float(burst)
         self._last = time.monotonic()
         self._lock = threading.Lock()
-        _RATE_LIMITED.add(self)
+        renew_locks_in_child(self, "_lock")
 
     def should_profile(self, span_context: SpanContext) -> bool:
         with self._lock:
@@ -107,21 +108,11 @@ class RateLimited(ProfileSampler):
 
 _MAX_BURST = 10**9
 """A larger bucket limits nothing (and its size must stay exact as a float)."""
-_RATE_LIMITED: weakref.WeakSet[RateLimited] = weakref.WeakSet()
 _RANDOM = random.Random()
 """Ratio's own generator: drawing from ``random``'s would shift the user's seeded stream."""
 _draw = _RANDOM.random
 
-
-def _after_fork_in_child() -> None:
-    """A lock a parent's thread held at the fork would stay held; and each child draws its
-    own runs to profile."""
-    for sampler in list(_RATE_LIMITED):
-        sampler._lock = threading.Lock()
-    _RANDOM.seed()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(after_in_child=_RANDOM.seed)  # each child draws its own runs to profile
 
 
 def _check_type(value: object, kind: type[int] | type[float], what: str) -> None:

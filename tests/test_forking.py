@@ -19,6 +19,7 @@ from otel_ort.export import OtlpJsonFileSpanExporter
 from otel_ort.perf import pfm
 from otel_ort.pipeline import CountingSpanExporter, Endpoint
 from otel_ort.profiling import recorded_options
+from otel_ort.sampling import RateLimited
 
 
 def locked_in_child(locks: dict[str, Callable[[], threading.Lock]]) -> dict[str, bool]:
@@ -52,6 +53,7 @@ def test_otel_orts_locks_are_free_in_a_forked_child(tmp_path: Path) -> None:
     exporter = CountingSpanExporter(InMemorySpanExporter(), Endpoint("http://localhost:4318"))
     file_exporter = OtlpJsonFileSpanExporter(tmp_path / "spans.jsonl")
     api = library.load_api()
+    limiter = RateLimited(1.0)
     locks: dict[str, Callable[[], threading.Lock]] = {
         "failures": lambda: failures._lock,
         "session facts": lambda: session_facts._collect_lock,
@@ -61,6 +63,7 @@ def test_otel_orts_locks_are_free_in_a_forked_child(tmp_path: Path) -> None:
         "counting exporter": lambda: exporter._lock,
         "file exporter": lambda: file_exporter._lock,
         "libpfm loading": lambda: pfm._load_lock,
+        "RateLimited": lambda: limiter._lock,
     }
     with contextlib.suppress(pfm.PfmUnavailableError):  # optional: its loading lock is checked
         libpfm = pfm.load()
