@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -19,14 +20,14 @@ def format_table(rows: Sequence[Sequence[str]]) -> str:
     """A Markdown table; the first row is the header, numeric-looking columns right-aligned.
     Cells are made :func:`printable`, and their ``|`` escaped."""
     rows = [[printable(cell).replace("|", "\\|") for cell in row] for row in rows]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    widths = [max(_width(row[i]) for row in rows) for i in range(len(rows[0]))]
     numeric = [all(_is_number(row[i]) for row in rows[1:]) for i in range(len(widths))]
 
     def line(row: Sequence[str]) -> str:
-        cells = [
-            cell.rjust(width) if right else cell.ljust(width)
-            for cell, width, right in zip(row, widths, numeric, strict=True)
-        ]
+        cells = []
+        for cell, width, right in zip(row, widths, numeric, strict=True):
+            padding = " " * (width - _width(cell))
+            cells.append(padding + cell if right else cell + padding)
         return "| " + " | ".join(cells) + " |"
 
     rule = "|" + "|".join(
@@ -42,3 +43,17 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return text == "-"
     return True
+
+
+def _width(text: str) -> int:
+    """Terminal columns of ``text``: wide (CJK) characters take two, combining marks none."""
+    if text.isascii():
+        return len(text)
+    return sum(
+        0
+        if unicodedata.combining(char)
+        else 2
+        if unicodedata.east_asian_width(char) in ("W", "F")
+        else 1
+        for char in text
+    )

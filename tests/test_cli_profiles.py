@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -190,6 +191,36 @@ def test_summary_tables(real_profile: Path, capsys: pytest.CaptureFixture[str]) 
     assert "2 run(s), 24 node executions" in out
     assert "| node" in out and "| op type" in out and "| provider" in out
     assert "| MatMul  |     8 |" in out
+
+
+def test_summary_columns_line_up_in_a_terminal_with_wide_and_combining_characters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Node names in CJK (two columns each) or with combining accents (none) keep the
+    table's bars one above the other."""
+    names = ["全结点名", "cafe\u0301", "plain"]
+    events = [model_run(0, 500)]
+    events += [node_event(name, "Add", 10 + 100 * at, 50) for at, name in enumerate(names)]
+    path = write(tmp_path / "wide.json", events)
+    assert main(["summary", str(path)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    node_table = [line for line in lines if any(name in line for name in names)]
+    assert len(node_table) == 3
+    columns = {
+        tuple(i for i, char in enumerate(_terminal_columns(line)) if char == "|")
+        for line in node_table
+    }
+    assert len(columns) == 1, node_table
+
+
+def _terminal_columns(line: str) -> str:
+    """``line`` as a terminal lays it out: wide characters doubled, combining marks gone."""
+    out = []
+    for char in line:
+        if unicodedata.combining(char):
+            continue
+        out.append(char * (2 if unicodedata.east_asian_width(char) in ("W", "F") else 1))
+    return "".join(out)
 
 
 def test_summary_of_a_bad_file_is_one_clear_line(
