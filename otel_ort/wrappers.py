@@ -181,9 +181,14 @@ class RunTelemetry:
         except Exception:
             report_failure("could not start a run span")
             return wrapped(*args, **kwargs)
-        if self._profiler is not None:  # never profiled: a selected run says why
-            _profile(self._profiler, span, caller_context, session, "run_async", args, kwargs)
         start = perf_counter()
+        if self._profiler is not None:  # never profiled: a selected run says why
+            try:
+                _profile(self._profiler, span, caller_context, session, "run_async", args, kwargs)
+            except BaseException as exc:  # KeyboardInterrupt from a sampler: no run, no open span
+                self._finish(span, facts, session, perf_counter() - start, exc)
+                raise
+            start = perf_counter()
 
         def on_done(results: Any, user_data: Any, err: str) -> Any:
             self._finish(span, facts, session, perf_counter() - start, err or None, results)

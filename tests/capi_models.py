@@ -80,6 +80,18 @@ def strings() -> bytes:
     return _model(graph)
 
 
+def constant_strings(values: list[bytes]) -> bytes:
+    """No input; output ``y``: the string tensor ``values``, raw bytes as stored in the model."""
+    value = helper.make_tensor("c", T.STRING, [len(values)], values)
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["y"], value=value)],
+        "constant_strings",
+        [],
+        [_tensor("y", T.STRING, [len(values)])],
+    )
+    return _model(graph)
+
+
 def reductions() -> bytes:
     """``total``: a 0-d sum; ``relu``: elementwise (keeps empty shapes)."""
     graph = helper.make_graph(

@@ -19,6 +19,7 @@ from otel_ort.capi import (
     OrtError,
     SessionConfig,
     Termination,
+    UnsupportedOutput,
     UnsupportedValue,
     load_api,
 )
@@ -266,6 +267,18 @@ def test_outputs_python_cannot_convert_are_unsupported(element: int) -> None:
         session.run(feeds)
     with pytest.raises(RuntimeError, match="No corresponding Numpy type"):
         ort.InferenceSession(model).run(None, feeds)
+
+
+def test_a_string_output_that_is_not_utf8_is_an_output_the_binding_cannot_return() -> None:
+    """ORT ran: the run is complete (UnsupportedOutput); ORT's Python API fails there too."""
+    model = capi_models.constant_strings([b"ok", b"\xff\xfe"])
+    with (
+        CSession(SessionConfig(model)) as session,
+        pytest.raises(UnsupportedOutput, match=r"output 'y': string is not UTF-8"),
+    ):
+        session.run({})
+    with pytest.raises(UnicodeDecodeError):
+        ort.InferenceSession(model).run(None, {})
 
 
 def test_if_both_branches() -> None:

@@ -418,3 +418,28 @@ def test_stop_before_the_thread_started_runs_the_job_of_a_reserved_place() -> No
     never = Worker("test-worker", max_pending=10)
     assert never.reserve()
     assert not never.stop(timeout=0.1)  # its job never came: said, not hidden
+
+
+def test_a_worker_that_cannot_start_its_thread_wakes_those_waiting_for_its_reserved_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The place is given back (the job is refused, and counted by its caller): a
+    ``flush_profiles()`` waiting for it returns instead of waiting forever."""
+    worker = Worker("test-worker", max_pending=10)
+    assert worker.reserve()
+    drained: list[bool] = []
+    waiting = threading.Thread(target=lambda: drained.append(worker.drain(timeout=30)))
+    waiting.start()
+    time.sleep(0.1)  # waiting in drain()
+    start = threading.Thread.start
+
+    def cannot_start(thread: threading.Thread) -> None:
+        if thread.name == "test-worker":
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", cannot_start)
+    began = time.monotonic()
+    assert not worker.submit(lambda: None, reserved=True)
+    waiting.join(timeout=30)
+    assert drained == [True] and time.monotonic() - began < 10

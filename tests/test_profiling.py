@@ -9,6 +9,7 @@ import mmap
 import os
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
 from otel_ort.capi import CSession, SessionConfig
+from otel_ort.profiling import recorded_options
 from otel_ort.profiling.store import ProfileDirError
-from otel_ort.sampling import Always, EveryNth, Never, Ratio
+from otel_ort.sampling import Always, EveryNth, Never, ProfileSampler, Ratio
 from tests.conftest import Telemetry, attrs, held_runs, instrumentation, run_threads
 from tests.models import string_model, typed_cases
 from tests.perf_models import matmul_chain
@@ -347,16 +349,23 @@ def test_twins_close_with_their_session_and_at_uninstrument(
         kept = ort.InferenceSession(mlp_path, options, providers=CPU)
         ready(kept, X)
     assert new_threads(before) == 2  # kept's own pool; twin and worker are gone
-    del kept
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == fds  # the profile store's lock too: kept
+    del kept  # does not keep the uninstrumented profiler alive
     gc.collect()
     assert new_threads(before) == 0
     assert len(os.listdir("/proc/self/fd")) == fds
 
 
-def test_a_session_rebuilt_by_ort_gets_a_new_twin(profiling: Telemetry, mlp_path: Path) -> None:
+@pytest.mark.parametrize("queue", ["room", "full"])
+def test_a_session_rebuilt_by_ort_gets_a_new_twin(
+    profiling: Telemetry, mlp_path: Path, queue: str
+) -> None:
     session = ort.InferenceSession(mlp_path, providers=CPU)
     ready(session, X)
     old_twin = session.__dict__["_otel_ort_twin"]
+    if queue == "full":  # the new twin's build takes the last place: the old one closes at once
+        OrtInstrumentor()._profiler.worker.max_pending = 1
     session.set_providers(CPU)  # ORT re-creates the session
     with profile_next_run():
         session.run(None, X)
@@ -369,6 +378,34 @@ def test_a_session_rebuilt_by_ort_gets_a_new_twin(profiling: Telemetry, mlp_path
         session.run(None, X)
     assert flush_profiles(timeout=60)
     assert attrs(run_spans(profiling)[-1])[semconv.RUN_PROFILED] is True
+
+
+def test_a_run_that_finds_profiling_shut_down_after_its_checks_says_so(
+    profiling: Telemetry, mlp_path: Path
+) -> None:
+    """uninstrument() between a selected run's checks and its place in the worker's queue:
+    'profiling_unavailable', not a full backlog."""
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    ready(session, X)
+    profiler = OrtInstrumentor()._profiler
+    assert profiler is not None
+    outputs: list[Any] = []
+    run_options = ort.RunOptions()  # recorded: the twin reads it under the lock held below
+
+    def selected_run() -> None:
+        with profile_next_run():
+            outputs.append(session.run(None, X, run_options))
+
+    with recorded_options._recorded_lock:  # the run waits there, reading its RunOptions
+        thread = threading.Thread(target=selected_run)
+        thread.start()
+        time.sleep(0.2)
+        profiler.shutdown()
+    thread.join()
+    assert outputs and outputs[0][0].shape == session.run(None, X)[0].shape
+    skipped = attrs(run_spans(profiling)[-2])
+    assert skipped[semconv.PROFILE_SKIP_REASON] == semconv.SKIP_UNAVAILABLE
+    assert skipped[semconv.PROFILE_SKIP_DETAIL] == "otel-ort's profiling was shut down"
 
 
 def test_free_dimension_overrides_and_config_entries_reach_the_twin(
@@ -573,6 +610,25 @@ def test_an_interrupted_profiled_run_ends_its_span_and_gives_its_place_back(
     span = run_spans(profiling)[-1]
     assert attrs(span)[semconv.ERROR_TYPE] == "KeyboardInterrupt"
     assert not list((profile_dir / ".pending").glob("*.json"))  # ORT's raw files are gone
+
+
+@pytest.mark.parametrize("method", ["run", "run_async"])
+def test_a_sampler_interrupted_ends_the_span_and_the_interrupt_goes_on(
+    telemetry: Telemetry, profile_dir: Path, mlp_path: Path, method: str
+) -> None:
+    class Interrupted(ProfileSampler):
+        def should_profile(self, span_context: trace_api.SpanContext) -> bool:
+            raise KeyboardInterrupt
+
+    profiler = dict(profile_sampler=Interrupted(), profile_dir=str(profile_dir))
+    with instrumentation(**telemetry.providers, **profiler):
+        session = ort.InferenceSession(mlp_path, providers=CPU)
+        with pytest.raises(KeyboardInterrupt):
+            if method == "run":
+                session.run(None, X)
+            else:
+                session.run_async(None, X, lambda *_: None, None)
+    assert attrs(run_spans(telemetry)[-1])[semconv.ERROR_TYPE] == "KeyboardInterrupt"
 
 
 def test_a_response_hook_interrupted_on_a_profiled_run_still_hands_the_run_over(

@@ -263,7 +263,7 @@ class ValueCodec:
             try:
                 result[:] = [data[a:b].decode() for a, b in itertools.pairwise(bounds)]
             except UnicodeDecodeError as exc:
-                raise UnsupportedValue(f"output {name!r}: string is not UTF-8: {exc}") from exc
+                raise UnsupportedOutput(f"output {name!r}: string is not UTF-8: {exc}") from exc
         return result.reshape(shape)
 
     def _count(self, value: Any) -> int:

@@ -83,6 +83,7 @@ _TWIN_KEY = "_otel_ort_twin"
 _ATTEMPTS_KEY = "_otel_ort_twin_attempts"
 _MAX_PRIMING_ATTEMPTS = 3
 _MAX_DETAIL = 512
+_SHUT_DOWN = "otel-ort's profiling was shut down"
 _SHUTDOWN_TIMEOUT_S = 30.0
 _RUN_PARAMETERS = ("output_names", "input_feed", "run_options")
 _MISMATCH = "the call does not match run(output_names, input_feed, run_options=None)"
@@ -266,7 +267,7 @@ class Profiler:
             return semconv.SKIP_TWIN_UNAVAILABLE, str(exc)
         assert self._store is not None  # a twin is ready only once the store is
         if not self.worker.reserve():  # the conversion's place, so that no profile is lost
-            return semconv.SKIP_BACKLOG, f"{self.worker.pending} profiles wait for conversion"
+            return self._no_room(f"{self.worker.pending} profiles wait for conversion")
         files: RunFiles | None = None
         try:
             files = self._store.new_run()
@@ -318,7 +319,7 @@ class Profiler:
         if self._unavailable:
             return semconv.SKIP_UNAVAILABLE, self._unavailable
         if self._shut_down:  # runs of other threads at exit, or during uninstrument()
-            return semconv.SKIP_UNAVAILABLE, "otel-ort's profiling was shut down"
+            return semconv.SKIP_UNAVAILABLE, _SHUT_DOWN
         twin: Twin | None = session.__dict__.get(_TWIN_KEY)
         if twin is None or twin.state == "closed" or not twin.matches(self, session):
             return self._start_twin(session, feeds, output_names)
@@ -327,6 +328,12 @@ class Profiler:
         if twin.state != "ready":
             return semconv.SKIP_TWIN_UNAVAILABLE, twin.reason
         return twin
+
+    def _no_room(self, detail: str) -> Skipped:
+        """Why the worker refused a place: shut down meanwhile, or a full queue."""
+        if self._shut_down:
+            return semconv.SKIP_UNAVAILABLE, _SHUT_DOWN
+        return semconv.SKIP_BACKLOG, detail
 
     def record_skip(self, span: Span, skipped: Skipped) -> None:
         """Mark a selected run that was not profiled, on its span and in the counts."""
@@ -362,15 +369,18 @@ class Profiler:
             if twin is not None and twin.state != "closed" and twin.matches(self, session):
                 return semconv.SKIP_TWIN_NOT_READY, "the twin is being built"
             if not self.worker.reserve():  # first: a twin that cannot be built is not made
-                return semconv.SKIP_BACKLOG, "no room in the worker's queue to build the twin"
+                return self._no_room("no room in the worker's queue to build the twin")
             attempts = session.__dict__.get(_ATTEMPTS_KEY, 0) + 1
-            if twin is not None and twin.state != "closed":  # superseded: ORT rebuilt the session
-                self.worker.submit(partial(twin.close, 0))  # released once runs in flight end
-            twin = Twin(self, getattr(session, "_providers", None))
+            superseded = twin if twin is not None and twin.state != "closed" else None
+            twin = Twin(weakref.ref(self), getattr(session, "_providers", None))
             session.__dict__[_TWIN_KEY] = twin
             session.__dict__[_ATTEMPTS_KEY] = attempts
             self._twins.add(twin)
             weakref.finalize(session, _release_twin, weakref.ref(self), twin)
+        if superseded is not None:  # ORT rebuilt the session; released once its runs end
+            close = partial(superseded.close, 0)
+            if not self.worker.submit(close):  # no room in the queue: here, then
+                close()
         session_ref = weakref.ref(session)
         if not self.worker.submit(
             lambda: _guarded(

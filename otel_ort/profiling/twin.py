@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,8 +172,9 @@ class Twin:
     """One session's twin and where it stands: ``building`` → ``ready`` or ``failed``, and
     ``closed`` at the end. ``close`` waits for runs in flight on it (``CSession.close``)."""
 
-    owner: object
-    """The profiler that built it: another one (after re-instrumenting) builds its own."""
+    owner: Callable[[], object]
+    """A weak reference to the profiler that built it: another one (after re-instrumenting)
+    builds its own, and this one is not kept alive by the sessions it profiled."""
     providers_list: object
     """The session's ``_providers`` list when it was built: ORT rebuilding the session (EP
     fallback, ``set_providers``) makes a new list, and the twin is rebuilt to match."""
@@ -192,7 +193,7 @@ class Twin:
     def matches(self, owner: object, session: Any) -> bool:
         """Whether this twin still stands for ``session`` under ``owner``."""
         return (
-            self.owner is owner
+            self.owner() is owner
             and self.pid == os.getpid()
             and self.providers_list is getattr(session, "_providers", None)
         )

@@ -86,6 +86,7 @@ class Worker:
             elif not self._has_room():
                 return False
             if self._thread is None and not self._start():
+                self._condition.notify_all()  # a reserved place was given back: drains end
                 return False
             self._jobs.append(job)
             self._condition.notify_all()
