@@ -82,7 +82,7 @@ def strings() -> bytes:
 
 def constant_strings(values: list[bytes]) -> bytes:
     """No input; output ``y``: the string tensor ``values``, raw bytes as stored in the model."""
-    value = helper.make_tensor("c", T.STRING, [len(values)], values)
+    value = helper.make_tensor("c", T.STRING, [len(values)], values)  # type: ignore[arg-type]
     graph = helper.make_graph(
         [helper.make_node("Constant", [], ["y"], value=value)],
         "constant_strings",

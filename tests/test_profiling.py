@@ -408,6 +408,21 @@ def test_a_run_that_finds_profiling_shut_down_after_its_checks_says_so(
     assert skipped[semconv.PROFILE_SKIP_DETAIL] == "otel-ort's profiling was shut down"
 
 
+def test_a_twin_waiting_for_inputs_ort_accepts_is_released_with_its_session(
+    profiling: Telemetry, mlp_path: Path
+) -> None:
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    with profile_next_run(), pytest.raises(Exception, match="INVALID_ARGUMENT"):
+        session.run(None, {"x": np.zeros((2, 3), np.float32)})
+    assert flush_profiles(timeout=60)
+    twin = session.__dict__["_otel_ort_twin"]
+    assert twin.state == "unprimed" and twin._unprimed is not None
+    del session
+    gc.collect()
+    assert flush_profiles(timeout=60)
+    assert twin.state == "closed" and twin._unprimed is None
+
+
 def test_free_dimension_overrides_and_config_entries_reach_the_twin(
     profiling: Telemetry, mlp_path: Path
 ) -> None:

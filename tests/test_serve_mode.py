@@ -336,6 +336,41 @@ def test_calls_ort_refuses_are_refused_as_without_otel_ort(
     assert serve_fallbacks(serving) == 0
 
 
+def test_requests_ort_refuses_leave_the_twin_waiting_for_inputs_to_prime_it_with(
+    serving: Telemetry, mlp_path: Path
+) -> None:
+    """A service's first calls are bad requests: each fails as without otel-ort, none uses
+    up the twin's priming attempts or rebuilds it; the first good one primes it."""
+    expected = ort.InferenceSession(mlp_path, providers=CPU).run(None, X)
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    bad_requests = [
+        ({"x": np.zeros((1, 3), np.float32)}, "INVALID_ARGUMENT"),  # shape
+        ({"x": X["x"].astype(np.float64)}, "INVALID_ARGUMENT"),  # element type
+        ({}, "Required inputs"),
+        ({"x": [[1.0] * 32]}, None),  # a list: ORT converts it, the twin cannot
+    ]
+    twin: Any = None
+    for _ in range(2):
+        for feeds, error in bad_requests:
+            with contextlib.ExitStack() as stack:
+                if error is not None:
+                    stack.enter_context(pytest.raises(Exception, match=error))
+                session.run(None, feeds)
+            assert flush_profiles(timeout=60)
+            twin = twin or session.__dict__["_otel_ort_twin"]
+            assert session.__dict__["_otel_ort_twin"] is twin
+            assert twin.state == "unprimed", (feeds, twin.reason)
+    session.run(None, X)  # primes it
+    assert flush_profiles(timeout=60)
+    assert session.__dict__["_otel_ort_twin"] is twin and twin.state == "ready", twin.reason
+    session_runs = watched(session)
+    with profile_next_run():
+        assert same(session.run(None, X), expected)
+    assert flush_profiles(timeout=60)
+    assert attrs(serving.spans(semconv.SPAN_RUN)[-1])[semconv.RUN_PROFILED] is True
+    assert session_runs.runs == 0 and serve_fallbacks(serving) == 0
+
+
 def test_a_model_file_replaced_after_the_session_was_made_is_not_twinned(
     serving: Telemetry, tmp_path: Path
 ) -> None:

@@ -316,15 +316,17 @@ class Profiler:
     ) -> Twin | Skipped:
         """The session's twin if it is ready to run a profiled run now; else why not (asking
         the worker to build one when the session has none)."""
-        if self._unavailable:
-            return semconv.SKIP_UNAVAILABLE, self._unavailable
-        if self._shut_down:  # runs of other threads at exit, or during uninstrument()
-            return semconv.SKIP_UNAVAILABLE, _SHUT_DOWN
+        # shut down: runs of other threads at exit, or during uninstrument()
+        unavailable = self._unavailable or (_SHUT_DOWN if self._shut_down else "")
+        if unavailable:
+            return semconv.SKIP_UNAVAILABLE, unavailable
         twin: Twin | None = session.__dict__.get(_TWIN_KEY)
         if twin is None or twin.state == "closed" or not twin.matches(self, session):
             return self._start_twin(session, feeds, output_names)
         if twin.state == "building":
             return semconv.SKIP_TWIN_NOT_READY, "the twin is being built"
+        if twin.state == "unprimed":
+            return self._prime_again(twin, session, feeds, output_names)
         if twin.state != "ready":
             return semconv.SKIP_TWIN_UNAVAILABLE, twin.reason
         return twin
@@ -421,12 +423,35 @@ class Profiler:
             csession.close()
             twin.fail(problem)
             return
+        self._prime(twin, csession, feeds, output_names, attempts, serves, required)
+
+    def _prime(
+        self,
+        twin: Twin,
+        csession: CSession,
+        feeds: dict[str, Any],
+        output_names: Any,
+        attempts: int,
+        serves: bool,
+        required: frozenset[str],
+    ) -> None:
+        """Worker: the twin's first profiled run, alone, then it serves. Inputs ORT refuses
+        (a client's bad request) leave it built, waiting for another run's inputs."""
+        store = self._store
+        assert store is not None
+        if not feeds.keys() >= required:
+            missing = ", ".join(sorted(required - feeds.keys()))
+            twin.unprimed(csession, f"inputs missing: {missing}", serves, required)
+            return
         files = store.scratch_run()  # the first published file is number 1
         try:
             csession.run(feeds, output_names or None, profile_prefix=files.prefix)
         except UnsupportedOutput:  # ORT's run was done: only an output could not be returned
             serves = False  # the runs asking for it would fail alike; profiled runs may not ask
         except Exception as exc:
+            if _refuses_inputs(exc):
+                twin.unprimed(csession, f"ORT refused the inputs: {exc}", serves, required)
+                return
             csession.close()
             if attempts >= _MAX_PRIMING_ATTEMPTS:
                 twin.fail(f"priming the twin failed {attempts} times, last: {exc}")
@@ -437,6 +462,34 @@ class Profiler:
             remove_files(store.written(files))
         pool = self._perf_pool(csession, stays_on=not serves)
         twin.ready(csession, pool, serves_unprofiled=serves, required_inputs=required)
+
+    def _prime_again(
+        self, twin: Twin, session: Any, feeds: dict[str, Any], output_names: Any
+    ) -> Skipped:
+        """An unprimed twin (ORT refused the inputs it was to be primed with): prime it with
+        this run's, on the worker."""
+        copied = {name: np.array(value, copy=True) for name, value in feeds.items()}
+        if not self.worker.reserve():
+            return self._no_room("no room in the worker's queue to prime the twin")
+        csession = twin.take_unprimed()
+        if csession is None:  # another run's inputs got there first
+            self.worker.release()
+            return semconv.SKIP_TWIN_NOT_READY, "the twin is being built"
+        attempts = session.__dict__.get(_ATTEMPTS_KEY, 1)
+        serves, required = twin.serves_unprofiled, twin.required_inputs
+        if not self.worker.submit(
+            lambda: _guarded(
+                twin,
+                lambda: self._prime(
+                    twin, csession, copied, output_names, attempts, serves, required
+                ),
+            ),
+            reserved=True,
+        ):  # its thread could not start (logged)
+            csession.close()
+            twin.fail("otel-ort's worker thread could not start to prime the twin")
+            return semconv.SKIP_TWIN_UNAVAILABLE, twin.reason
+        return semconv.SKIP_TWIN_NOT_READY, "the twin is being primed"
 
     def _plan(
         self, twin: Twin, session: Any
@@ -727,6 +780,13 @@ def _end(span: Span, end_ns: int, problem: str) -> None:
     if problem and span.is_recording():
         span.set_attribute(semconv.PROFILE_ERROR, problem[:_MAX_DETAIL])
     span.end(end_ns)
+
+
+def _refuses_inputs(exc: Exception) -> bool:
+    """Whether a twin's run failed on its inputs (ORT's own run of them fails alike)."""
+    if isinstance(exc, OrtError):
+        return exc.code_name == "INVALID_ARGUMENT"
+    return isinstance(exc, UnsupportedValue) and not isinstance(exc, UnsupportedOutput)
 
 
 def _guarded(twin: Twin, build: Callable[[], None]) -> None:

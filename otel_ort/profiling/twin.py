@@ -170,7 +170,9 @@ def run_options_arguments(run_options: Any) -> dict[str, Any]:
 @dataclass(eq=False)
 class Twin:
     """One session's twin and where it stands: ``building`` → ``ready`` or ``failed``, and
-    ``closed`` at the end. ``close`` waits for runs in flight on it (``CSession.close``)."""
+    ``closed`` at the end; ``unprimed`` (built, ORT refused the inputs it was to be primed
+    with) → ``building`` again with another run's. ``close`` waits for runs in flight on it
+    (``CSession.close``)."""
 
     owner: Callable[[], object]
     """A weak reference to the profiler that built it: another one (after re-instrumenting)
@@ -188,6 +190,7 @@ class Twin:
     """Whether it runs the session's unprofiled runs too (serve mode)."""
     required_inputs: frozenset[str] = frozenset()
     """The session's inputs that ORT's Python API insists on (the C API does not check)."""
+    _unprimed: CSession | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def matches(self, owner: object, session: Any) -> bool:
@@ -212,12 +215,32 @@ class Twin:
             if self.state != "closed":
                 self.serves_unprofiled = serves_unprofiled
                 self.required_inputs = required_inputs
-                self.session, self.pool, self.state = csession, pool, "ready"
+                self.session, self.pool, self.state, self.reason = csession, pool, "ready", ""
                 return True
         csession.close()
         if pool is not None:
             pool.close()
         return False
+
+    def unprimed(
+        self, csession: CSession, reason: str, serves: bool, required: frozenset[str]
+    ) -> None:
+        """Keep the built ``csession`` until a run brings inputs to prime it with (closed
+        instead if the twin was closed meanwhile); what it will serve, as for ``ready``."""
+        with self._lock:
+            if self.state != "closed":
+                self.state, self.reason, self._unprimed = "unprimed", reason, csession
+                self.serves_unprofiled, self.required_inputs = serves, required
+                return
+        csession.close()
+
+    def take_unprimed(self) -> CSession | None:
+        """The unprimed session, to prime now (``building`` again); ``None`` if not unprimed."""
+        with self._lock:
+            csession, self._unprimed = self._unprimed, None
+            if csession is not None:
+                self.state = "building"
+            return csession
 
     def fail(self, reason: str) -> None:
         with self._lock:
@@ -246,15 +269,20 @@ class Twin:
         abandoned, not released: its ORT threads do not exist there, and releasing would wait
         for them (nor is its lock touched: a parent's thread may have held it at the fork)."""
         if self.pid != os.getpid():
-            if self.session is not None:
-                self.session.abandon()
+            for csession in (self.session, self._unprimed):
+                if csession is not None:
+                    csession.abandon()
             if self.pool is not None:
                 self.pool.close(forked_child=True)  # our copies of the parent's fds
-            self.session, self.pool, self.state = None, None, "closed"
+            self.session = self._unprimed = self.pool = None
+            self.state = "closed"
             return True
         with self._lock:
             csession, self.session, self.state = self.session, None, "closed"
             pool, self.pool = self.pool, None
+            unprimed, self._unprimed = self._unprimed, None
+        if unprimed is not None:  # no run uses it
+            unprimed.close()
         released = csession is None or csession.close(timeout)  # once runs in flight return
         if pool is not None and released:  # else a profiled run may hold its lock: left to GC
             pool.close()
