@@ -375,7 +375,8 @@ def test_a_worker_whose_thread_cannot_start_refuses_jobs_then_recovers(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Under a process limit ``Thread.start`` raises: no job is queued for a thread that does
-    not exist (drain and stop would wait for it forever), and it says so."""
+    not exist (drain and stop would wait for it forever), and it says so; a drain already
+    waiting for the reserved place is woken when the place is given back."""
     worker = Worker("test-worker", max_pending=10)
     start = threading.Thread.start
 
@@ -386,7 +387,14 @@ def test_a_worker_whose_thread_cannot_start_refuses_jobs_then_recovers(
 
     monkeypatch.setattr(threading.Thread, "start", refuse)
     assert worker.reserve()
+    drained: list[bool] = []
+    waiting = threading.Thread(target=lambda: drained.append(worker.drain(timeout=30)))
+    waiting.start()
+    time.sleep(0.1)  # waiting in drain(), for the reserved place
+    began = time.monotonic()
     assert not worker.submit(lambda: None, reserved=True)
+    waiting.join(timeout=30)
+    assert drained == [True] and time.monotonic() - began < 10
     assert not worker.submit(lambda: None)
     assert worker.unfinished == 0 and worker.drain(timeout=1)
     assert "could not start the test-worker thread" in caplog.text
@@ -418,28 +426,3 @@ def test_stop_before_the_thread_started_runs_the_job_of_a_reserved_place() -> No
     never = Worker("test-worker", max_pending=10)
     assert never.reserve()
     assert not never.stop(timeout=0.1)  # its job never came: said, not hidden
-
-
-def test_a_worker_that_cannot_start_its_thread_wakes_those_waiting_for_its_reserved_place(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The place is given back (the job is refused, and counted by its caller): a
-    ``flush_profiles()`` waiting for it returns instead of waiting forever."""
-    worker = Worker("test-worker", max_pending=10)
-    assert worker.reserve()
-    drained: list[bool] = []
-    waiting = threading.Thread(target=lambda: drained.append(worker.drain(timeout=30)))
-    waiting.start()
-    time.sleep(0.1)  # waiting in drain()
-    start = threading.Thread.start
-
-    def cannot_start(thread: threading.Thread) -> None:
-        if thread.name == "test-worker":
-            raise RuntimeError("can't start new thread")
-        start(thread)
-
-    monkeypatch.setattr(threading.Thread, "start", cannot_start)
-    began = time.monotonic()
-    assert not worker.submit(lambda: None, reserved=True)
-    waiting.join(timeout=30)
-    assert drained == [True] and time.monotonic() - began < 10
