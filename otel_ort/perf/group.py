@@ -143,23 +143,22 @@ class ThreadGroup:
         before the switch, as ``disable`` does: the ioctl's return may wait for the GIL
         (milliseconds, under load) while that thread runs on, counted. The calling thread's
         own group is stamped after it: that thread counts nothing until then."""
-        with self._lock:
-            self._check_open()
-            stamp = time.time_ns()
-            kernel.ioctl(self.leader, kernel.IOC_ENABLE)
-            if self.dense_leader is not None:
-                kernel.ioctl(self.dense_leader, kernel.IOC_ENABLE)
+        stamp = self._switch(kernel.IOC_ENABLE)
         return time.time_ns() if self.tid == threading.get_native_id() else stamp
 
     def disable(self) -> int:
         """Stop counting; when."""
+        return self._switch(kernel.IOC_DISABLE)
+
+    def _switch(self, request: int) -> int:
+        """Enable or disable both leaders (``request``); when, just before."""
         with self._lock:
             self._check_open()
-            stopped = time.time_ns()
-            kernel.ioctl(self.leader, kernel.IOC_DISABLE)
+            stamp = time.time_ns()
+            kernel.ioctl(self.leader, request)
             if self.dense_leader is not None:
-                kernel.ioctl(self.dense_leader, kernel.IOC_DISABLE)
-        return stopped
+                kernel.ioctl(self.dense_leader, request)
+        return stamp
 
     def take(self) -> tuple[Taken, ...]:
         """What each ring recorded since the last call (the only reader: the kernel keeps

@@ -363,9 +363,7 @@ class Profiler:
     # -- twins ----------------------------------------------------------------------------
 
     def _start_twin(self, session: Any, feeds: dict[str, Any], output_names: Any) -> Skipped:
-        # copies, before a place is reserved (copying may fail): the caller may reuse or free
-        # its buffers before the worker primes the twin
-        copied = {name: np.array(value, copy=True) for name, value in feeds.items()}
+        copied = _priming_copies(feeds)
         with self._lock:
             twin = session.__dict__.get(_TWIN_KEY)
             if twin is not None and twin.state != "closed" and twin.matches(self, session):
@@ -468,7 +466,7 @@ class Profiler:
     ) -> Skipped:
         """An unprimed twin (ORT refused the inputs it was to be primed with): prime it with
         this run's, on the worker."""
-        copied = {name: np.array(value, copy=True) for name, value in feeds.items()}
+        copied = _priming_copies(feeds)
         if not self.worker.reserve():
             return self._no_room("no room in the worker's queue to prime the twin")
         csession = twin.take_unprimed()
@@ -780,6 +778,12 @@ def _end(span: Span, end_ns: int, problem: str) -> None:
     if problem and span.is_recording():
         span.set_attribute(semconv.PROFILE_ERROR, problem[:_MAX_DETAIL])
     span.end(end_ns)
+
+
+def _priming_copies(feeds: dict[str, Any]) -> dict[str, Any]:
+    """Copies of a run's feeds for the worker to prime a twin with, taken before a place is
+    reserved (copying may fail): the caller may reuse or free its buffers meanwhile."""
+    return {name: np.array(value, copy=True) for name, value in feeds.items()}
 
 
 def _refuses_inputs(exc: Exception) -> bool:
