@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from otel_ort.profiling.store import DEFAULT_MAX_FILES
 from otel_ort.spans import DEFAULT_MAX_NODE_SPANS
+from otel_ort.tables import printable
 from otel_ort.version import __version__
 
 
@@ -128,6 +129,12 @@ def _main(argv: list[str] | None) -> int:
     return 0
 
 
+def _error(command: str, problem: object) -> int:
+    """Say ``problem`` (which may quote a model's or a file's text) on stderr; exit status 1."""
+    print(f"otel-ort {command}: {printable(str(problem))}", file=sys.stderr)
+    return 1
+
+
 def _demo(args: argparse.Namespace) -> int:
     from otel_ort.demo import run_demo
 
@@ -145,8 +152,7 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"otel-ort demo: {where}; choose another --output-dir", file=sys.stderr)
         return 1
     except (RuntimeError, ValueError) as exc:
-        print(f"otel-ort demo: {exc}", file=sys.stderr)
-        return 1
+        return _error("demo", exc)
     if lost:
         print(
             f"otel-ort demo: {lost} spans did not reach {args.otlp_endpoint}: is a collector "
@@ -179,8 +185,7 @@ def _summary(args: argparse.Namespace) -> int:
     try:
         profile = read_profile(args.profile)
     except ProfileError as exc:
-        print(f"otel-ort summary: {exc}", file=sys.stderr)
-        return 1
+        return _error("summary", exc)
     print(summarize([profile], top=args.top))
     return 0
 
@@ -300,14 +305,12 @@ def _report(args: argparse.Namespace) -> int:
     try:
         report = build_report(args.profile, perf=args.perf, top=args.top, run=args.run)
     except ReportError as exc:
-        print(f"otel-ort report: {exc}", file=sys.stderr)
-        return 1
+        return _error("report", exc)
     out = args.output or default_output(args.profile)
     try:
         target = save_report(report, args.profile, out)
     except ReportError as exc:
-        print(f"otel-ort report: {exc}", file=sys.stderr)
-        return 1
+        return _error("report", exc)
     except OSError as exc:
         print(
             f"otel-ort report: cannot write {out} ({exc.strerror or exc}): "
@@ -316,7 +319,7 @@ def _report(args: argparse.Namespace) -> int:
         )
         return 1
     for note in report.notes:
-        print(f"otel-ort report: note: {note}", file=sys.stderr)
+        print(f"otel-ort report: note: {printable(note)}", file=sys.stderr)
     size = os.path.getsize(target) / 1024
     print(
         f"{target}: run {report.run} of {report.runs} ({report.nodes} nodes), {size:,.0f} KiB, "

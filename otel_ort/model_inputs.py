@@ -115,6 +115,11 @@ def load_array(name: str, path: str) -> Any:
         raise InputError(
             f"--input {name}={path}: cannot read a .npy array from it ({exc})"
         ) from None
+    except MemoryError:
+        raise InputError(
+            f"--input {name}={path}: its array is larger than this machine's free memory: "
+            "save a smaller one"
+        ) from None
 
 
 def read_inputs(model: str) -> list[InputSpec]:
@@ -183,19 +188,7 @@ def build_feeds(
     arrays: Mapping[str, Any],
 ) -> tuple[dict[str, Any], list[str]]:
     """The feeds for ``specs`` and a line describing each input (and notes)."""
-    inputs = [spec.name for spec in specs if not spec.initializer]
-    initializers = [spec.name for spec in specs if spec.initializer]  # their values: --input
-    for option, names, known in (
-        ("--shape", shapes, inputs),
-        ("--input", arrays, inputs + initializers),
-    ):
-        for name in names:
-            if name not in known:
-                also = f"; initializers it can take: {', '.join(initializers)}" * bool(initializers)
-                raise InputError(
-                    f"{option} names input {name!r}, which the model does not have; "
-                    f"its inputs: {', '.join(sorted(inputs)) or 'none'}{also}"
-                )
+    _check_names(specs, shapes, arrays)
     both = sorted(set(shapes) & set(arrays))
     if both:
         raise InputError(
@@ -232,6 +225,31 @@ def build_feeds(
         if note:
             lines.append(note)
     return feeds, lines
+
+
+def _check_names(
+    specs: Sequence[InputSpec], shapes: Mapping[str, object], arrays: Mapping[str, object]
+) -> None:
+    """Every name given to --shape or --input is one the model takes there."""
+    inputs = [spec.name for spec in specs if not spec.initializer]
+    initializers = [spec.name for spec in specs if spec.initializer]  # their values: --input
+    for option, names, known in (
+        ("--shape", shapes, inputs),
+        ("--input", arrays, inputs + initializers),
+    ):
+        for name in names:
+            if name in known:
+                continue
+            if name in initializers:  # so --shape
+                raise InputError(
+                    f"--shape names {name!r}, an initializer: the model has its value; "
+                    f"give another with --input {name}=FILE.npy"
+                )
+            also = f"; initializers it can take: {', '.join(initializers)}" * bool(initializers)
+            raise InputError(
+                f"{option} names input {name!r}, which the model does not have; "
+                f"its inputs: {', '.join(sorted(inputs)) or 'none'}{also}"
+            )
 
 
 def dims_text(dims: Sequence[object]) -> str:

@@ -246,7 +246,11 @@ def _events(value: Any, source: str) -> EventSelection | Literal[False] | None:
         return False
     if value is True or (isinstance(value, str) and value.strip().lower() in _PERF_DEFAULT):
         return None
-    if not isinstance(value, str | os.PathLike | list | tuple):
+    if isinstance(value, list | tuple):
+        odd = next((item for item in value if not isinstance(item, str)), None)
+        if odd is not None:
+            raise TypeError(f"{source} must list event names as strings, got {odd!r}")
+    elif not isinstance(value, str | os.PathLike):
         raise TypeError(
             f"{source} must be a list of event names, a comma-separated string, a "
             f"perf_config.json path, True or False, got {_describe(value)}"

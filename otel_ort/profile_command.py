@@ -60,6 +60,7 @@ from otel_ort.profiling.store import (
 )
 from otel_ort.spans import SpanBuilder
 from otel_ort.summary import summarize
+from otel_ort.tables import printable
 from otel_ort.version import __version__
 
 DEFAULT_PROFILE_DIR = "otel-ort-profiles"
@@ -119,7 +120,7 @@ def run_profile(
     try:
         _profile(request, out, err)
     except (UserError, InputError) as exc:
-        print(f"otel-ort profile: {exc}", file=err)
+        print(f"otel-ort profile: {printable(str(exc))}", file=err)
         return 1
     return 0
 
@@ -136,9 +137,9 @@ def _profile(request: ProfileRequest, out: TextIO, err: TextIO) -> None:
     feeds, lines = build_feeds(read_inputs(request.model), shapes, arrays)
     with _open_session(request.model, api) as session:
         store = _open_store(request.profile_dir, request.max_files)
-        print(f"{request.model}: ONNX Runtime {api.ort_version}, C API, CPU", file=out)
-        for line in lines:
-            print(line, file=out)
+        print(f"{printable(request.model)}: ONNX Runtime {api.ort_version}, C API, CPU", file=out)
+        for line in lines:  # input names are the model's
+            print(printable(line), file=out)
         print(
             f"{_plural(request.warmup, 'warm-up run')}, {_plural(request.runs, 'profiled run')}",
             file=out,

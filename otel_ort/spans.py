@@ -282,7 +282,7 @@ def _node_attributes(node: NodeRecord) -> dict[str, AttributeValue]:
         semconv.NODE_PROVIDER: node.provider,
         semconv.NODE_DURATION_US: float(node.dur),
     }
-    if node.tid is not None:
+    if node.tid is not None and _INT64[0] <= node.tid <= _INT64[1]:
         attributes[semconv.THREAD_ID] = node.tid
     for key, value in node.args.items():  # one pass: this runs once per node of every profile
         name = _INT_ARGS.get(key)
@@ -293,7 +293,7 @@ def _node_attributes(node: NodeRecord) -> dict[str, AttributeValue]:
                 number = int(value)
             except (TypeError, ValueError, OverflowError):  # Infinity, from a file not ORT's
                 continue
-            if -(2**63) <= number < 2**63:  # what OTLP carries
+            if _INT64[0] <= number <= _INT64[1]:
                 attributes[name] = number
         elif key in _SHAPE_ARGS:
             shapes = _shapes(value)
@@ -346,7 +346,7 @@ def _thread_summary(stats: dict[str, Any]) -> dict[str, AttributeValue]:
     if isinstance(sub_threads, dict):
         runs = [_int(s.get("num_run")) or 0 for s in sub_threads.values() if isinstance(s, dict)]
         summary[semconv.NODE_THREADS_USED] = 1 + sum(1 for n in runs if n > 0)
-        summary[semconv.NODE_THREAD_TASKS] = sum(runs)
+        summary[semconv.NODE_THREAD_TASKS] = min(sum(runs), _INT64[1])
     return summary
 
 
@@ -366,12 +366,17 @@ def _kernel_attributes(kernel: KernelRecord) -> dict[str, AttributeValue]:
 
 
 def _int(value: Any) -> int | None:
-    """ORT writes numbers in args as JSON strings (``"1024"``) or numbers."""
-    if type(value) is int:
-        return value
+    """ORT writes numbers in args as JSON strings (``"1024"``) or numbers; ``None`` for one
+    OTLP cannot carry (a file not ORT's)."""
     if isinstance(value, str):
         try:
-            return int(value)
+            value = int(value)
         except ValueError:
             return None
+    if type(value) is int and _INT64[0] <= value <= _INT64[1]:
+        return value
     return None
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+"""The integers OTLP carries."""

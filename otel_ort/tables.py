@@ -6,13 +6,16 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_UNPRINTABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 
 def printable(text: str) -> str:
     """``text`` safe for a terminal: control characters (an escape sequence in a node name
-    would act on the terminal) and lone surrogates (which cannot be encoded) as escapes,
-    ``\\x1b``, ``\\ud800``."""
+    would act on the terminal), bidirectional controls (which would reorder what follows)
+    and lone surrogates (which cannot be encoded) as escapes, ``\\x1b``, ``\\u202e``,
+    ``\\ud800``."""
     return _UNPRINTABLE.sub(lambda found: found[0].encode("unicode_escape").decode(), text)
 
 

@@ -191,12 +191,15 @@ class RunTelemetry:
             start = perf_counter()
 
         def on_done(results: Any, user_data: Any, err: str) -> Any:
-            self._finish(span, facts, session, perf_counter() - start, err or None, results)
-            token = otel_context.attach(caller_context)
             try:
-                return callback(results, user_data, err)
-            finally:
-                otel_context.detach(token)
+                self._finish(span, facts, session, perf_counter() - start, err or None, results)
+            finally:  # even after a response_hook's KeyboardInterrupt: the caller waits on it
+                token = otel_context.attach(caller_context)
+                try:
+                    returned = callback(results, user_data, err)
+                finally:
+                    otel_context.detach(token)
+            return returned
 
         if len(args) > 2:
             args = (*args[:2], on_done, *args[3:])
@@ -211,27 +214,33 @@ class RunTelemetry:
     def init_wrapper(
         self, wrapped: Callable[..., Any], session: Any, args: Args, kwargs: Kwargs
     ) -> None:
-        """``InferenceSession.__init__``: a span for loading the model; the session's facts."""
+        """``InferenceSession.__init__``: a span for loading the model; the session's facts;
+        what a twin needs to know of its creation (even untraced: it may be profiled)."""
         if self.inert or _suppressed(otel_context.get_current()):
             wrapped(*args, **kwargs)
+            self._snapshot(session, kwargs)
             return
         try:
             span = self._tracer.start_span(semconv.SPAN_SESSION_CREATE, kind=SpanKind.INTERNAL)
         except Exception:
             report_failure("could not start a session span")
             wrapped(*args, **kwargs)
+            self._snapshot(session, kwargs)
             return
         try:
             wrapped(*args, **kwargs)
         except BaseException as exc:
             self._end_session_span(span, session, exc)
             raise
+        self._snapshot(session, kwargs)
+        self._end_session_span(span, session, None)
+
+    def _snapshot(self, session: Any, kwargs: Kwargs) -> None:
         if self._profiler is not None:
             try:
                 snapshot_options(session, kwargs)
             except Exception:
                 report_failure("could not record a session's options for profiling")
-        self._end_session_span(span, session, None)
 
     def _end_session_span(self, span: Span, session: Any, error: BaseException | None) -> None:
         try:
@@ -322,7 +331,6 @@ class RunTelemetry:
         (KeyboardInterrupt): the caller is about to return ORT's result or re-raise ORT's
         exception.
         """
-        ended = profiled
         try:
             if facts is not UNKNOWN_SESSION and facts.providers_list is not getattr(
                 session, "_providers", facts.providers_list
@@ -337,16 +345,15 @@ class RunTelemetry:
             else:
                 error_type = _set_error(span, error)
                 metric_attributes = {**facts.metric_attributes, semconv.ERROR_TYPE: error_type}
-            if not profiled:
-                span.end()
-                ended = True
             self._duration.record(duration, metric_attributes)
         except Exception:
-            report_failure("could not end a run span")
+            report_failure("could not record a run's end")
         finally:
-            if not ended:
-                with contextlib.suppress(Exception):
+            if not profiled:
+                try:
                     span.end()
+                except Exception:  # a span processor's on_end
+                    report_failure("could not end a run span")
 
 
 def _profile(
@@ -360,10 +367,15 @@ def _profile(
 ) -> Profiled | Skipped | None:
     """The run executed on the twin, profiled, if the profiler selects it (in the caller's
     ``current`` context) and can; else why not (selected: the caller runs ORT itself) or
-    ``None`` (not selected: the caller runs the session as usual)."""
+    ``None`` (not selected: the caller runs the session as usual; also when the sampler
+    raises, a bug of the user's reported like a hook's)."""
     try:
         if not profiler.selects(span, current):
             return None
+    except Exception:
+        report_failure("profile_sampler raised")
+        return None
+    try:
         outcome = profiler.attempt(session, method, args, kwargs)
         if isinstance(outcome, tuple):
             profiler.record_skip(span, outcome)

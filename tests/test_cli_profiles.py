@@ -153,8 +153,11 @@ def test_file_names_cannot_drive_the_terminal_or_fail_the_report(
     assert main(["summary", str(named)]) == 0
     assert main(["convert", str(named), "--output", str(tmp_path / "o.jsonl")]) == 0
     assert main(["report", str(odd), "-o", str(tmp_path / "odd.html")]) == 0
+    missing = str(tmp_path / "gone\x1b[2J.json")
+    assert main(["summary", missing]) == main(["report", missing]) == 1
     out, err = capsys.readouterr()
     assert "\x1b" not in out + err and "run\\x1b[2J.json: 1 run(s)" in out
+    assert err.count("gone\\x1b[2J.json") == 2
     assert "odd.html: run 0 of 1 (1 nodes)" in out
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import queue
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -349,9 +351,11 @@ def test_failing_hooks_never_break_the_run(telemetry: Telemetry, mlp_path: Path)
 
 @pytest.mark.parametrize("hook", ["request_hook", "response_hook"])
 def test_ctrl_c_in_a_hook_reaches_the_caller_and_ends_the_span(
-    telemetry: Telemetry, mlp_path: Path, hook: str
+    telemetry: Telemetry, mlp_path: Path, hook: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """KeyboardInterrupt is the user's, not a hook bug: it goes on, and the span still ends."""
+    """KeyboardInterrupt is the user's, not a hook bug: it goes on, and the span still ends;
+    from ``run_async``'s response_hook (on ORT's thread, which reports it), the callback is
+    still called."""
 
     def interrupted(span, session, data) -> None:
         raise KeyboardInterrupt
@@ -368,7 +372,12 @@ def test_ctrl_c_in_a_hook_reaches_the_caller_and_ends_the_span(
         session = cpu_session(mlp_path)
         with pytest.raises(KeyboardInterrupt):
             session.run(None, {"x": X})
-    assert len(started) == 1
+        if hook == "response_hook":
+            reported: queue.Queue[Any] = queue.Queue()
+            monkeypatch.setattr(sys, "unraisablehook", reported.put)
+            run_async_and_wait(session, {"x": X})
+            assert isinstance(reported.get(timeout=10).exc_value, KeyboardInterrupt)
+    assert len(started) == 2 if hook == "response_hook" else 1
     assert [span.context.span_id for span in telemetry.spans(semconv.SPAN_RUN)] == started
 
 
@@ -380,6 +389,7 @@ def test_ctrl_c_in_a_hook_reaches_the_caller_and_ends_the_span(
         ({"meter_provider": object()}, TypeError, "meter_provider=...) must be an opentelemetry"),
         ({"request_hook": 3}, TypeError, "request_hook=...) must be a callable"),
         ({"response_hook": "f"}, TypeError, "response_hook=...) must be a callable"),
+        ({"perf_events": ["task-clock", 5]}, TypeError, "perf_events=...) must list event names"),
     ],
 )
 def test_bad_options_fail_at_instrument(
@@ -491,18 +501,22 @@ class ExplodingProcessor(SpanProcessor):
 
 @pytest.mark.parametrize("failing", ["on_start", "on_end"])
 def test_a_broken_telemetry_pipeline_never_changes_run_results(
-    failing: str, mlp_path: Path, monkeypatch: pytest.MonkeyPatch
+    failing: str,
+    mlp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    telemetry: Telemetry,
 ) -> None:
+    """... nor loses the run's duration, when only ending its span fails."""
     if failing == "on_end":
         monkeypatch.setattr(ExplodingProcessor, "on_start", SpanProcessor.on_start)
-    provider = TracerProvider()
-    provider.add_span_processor(ExplodingProcessor())
+    telemetry.tracer_provider.add_span_processor(ExplodingProcessor())
     session = cpu_session(mlp_path)
     expected = session.run(None, {"x": X})
     with pytest.raises(InvalidArgument) as bare_error:
         session.run(None, {"x": np.zeros(3, np.float32)})
 
-    with instrumentation(tracer_provider=provider):
+    with instrumentation(**telemetry.providers):
         outputs = session.run(None, {"x": X})
         with pytest.raises(InvalidArgument) as error:
             session.run(None, {"x": np.zeros(3, np.float32)})
@@ -510,6 +524,9 @@ def test_a_broken_telemetry_pipeline_never_changes_run_results(
     assert_bitwise_equal(outputs, expected)
     assert_bitwise_equal(async_outputs, expected)
     assert str(error.value) == str(bare_error.value)
+    if failing == "on_end":
+        assert sum(p.count for p in telemetry.points(semconv.METRIC_RUN_DURATION)) == 3
+        assert "on an ended span" not in caplog.text  # each span is ended once
 
 
 def test_a_broken_telemetry_pipeline_never_changes_session_construction(tmp_path: Path) -> None:

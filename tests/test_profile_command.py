@@ -194,6 +194,9 @@ def test_input_from_npy(mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 def wrong_inputs(tmp_path: Path) -> Path:
     np.save(tmp_path / "doubles.npy", np.zeros((2, 8)))
     np.save(tmp_path / "wide.npy", np.zeros((2, 9), np.float32))
+    with open(tmp_path / "huge.npy", "wb") as huge:  # a header only: numpy allocates first
+        header = {"descr": "<f4", "fortran_order": False, "shape": (10**12, 8)}
+        np.lib.format.write_array_header_1_0(huge, header)
     (tmp_path / "garbage.onnx").write_bytes(b"not a model")
     return tmp_path
 
@@ -218,6 +221,8 @@ def wrong_inputs(tmp_path: Path) -> Path:
         (["--input", "x=DIR/wide.npy"], "the array is float32[2,9], but input 'x' expects "
                                         "float32[batch,8]: save an array of that shape"),
         (["--input", "x=DIR/none.npy"], "--input x=DIR/none.npy: cannot read a .npy array"),
+        (["--input", "x=DIR/huge.npy"], "--input x=DIR/huge.npy: its array is larger than this "
+                                        "machine's free memory"),
         (["--input", "x=DIR/garbage.onnx"], "--input x=DIR/garbage.onnx: not a .npy file; save "
                                             "the array with numpy.save"),
         (["--shape", "x=2,8", "--shape", "x=3,8"], "--shape x= is given twice (2,8 and 3,8): "
@@ -419,6 +424,34 @@ def test_ctrl_c_keeps_and_shows_the_runs_done(mlp: Path, tmp_path: Path) -> None
     assert not list((directory / ".pending").iterdir())
 
 
+def test_names_from_the_model_cannot_act_on_the_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Input and dimension names are the model's: an escape sequence or a bidirectional
+    control in them is shown escaped, in the report and in errors."""
+    name = "x\x1b]0;title\x07\u202e"
+    graph = helper.make_graph(
+        [helper.make_node("Neg", [name], ["y"], name="neg")],
+        "named",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["n\x1b[2J"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n\x1b[2J"])],
+    )
+    model = tmp_path / "named.onnx"
+    model.write_bytes(
+        helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9
+        ).SerializeToString()
+    )
+    directory = str(tmp_path / "p")
+    assert main(["profile", str(model), "--runs", "1", "--profile-dir", directory]) == 0
+    assert main(["profile", str(model), "--shape", "z=1", "--profile-dir", directory]) == 1
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err and "\x07" not in out + err and "\u202e" not in out + err
+    assert "input x\\x1b]0;title\\x07\\u202e: float32[1] random" in out
+    assert "unknown dimension n\\x1b[2J set to 1" in out
+    assert "its inputs: x\\x1b]0;title\\x07\\u202e" in err
+
+
 def test_a_bool_scalar_and_an_initializer_given_as_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -468,3 +501,8 @@ def test_a_bool_scalar_and_an_initializer_given_as_input(
     )
     err = capsys.readouterr().err
     assert "its inputs: flag, x; initializers it can take: w" in err
+    assert main(["profile", str(model), "--shape", "w=2", "--profile-dir", directory]) == 1
+    assert (
+        "--shape names 'w', an initializer: the model has its value; give another with "
+        "--input w=FILE.npy" in capsys.readouterr().err
+    )

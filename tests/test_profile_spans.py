@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
@@ -218,6 +219,30 @@ def test_kernels_hang_under_nodes_and_parents_cover_children(tmp_path: Path) -> 
     assert attrs(gemm)[semconv.KERNEL_BLOCK] == (256, 1, 1)
     assert node.end_time == gemm.end_time and run.end_time == gemm.end_time
     assert attrs(node)[semconv.NODE_DURATION_US] == 20.0
+
+
+def test_numbers_otlp_cannot_carry_are_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file not ORT's may hold integers past 64 bits; the OTLP encoder would log and drop
+    each, span after span."""
+    huge = 2**70
+    stats = {"main_thread": {"Run": str(huge)}, "sub_threads": {"a": {"num_run": str(huge)}}}
+    events = [
+        model_run(0, 100, tid=huge),
+        node_event("mm", "MatMul", 10, 20, tid=huge, thread_scheduling_stats=stats),
+        kernel_event("gemm", "MatMul", 12, 5, stream=str(huge), grid_x=str(huge)),
+    ]
+    spans = converted(write(tmp_path / "huge.json", events))
+    numbers = [v for span in spans for v in attrs(span).values() if isinstance(v, int)]
+    numbers += [n for span in spans for v in attrs(span).values() if isinstance(v, tuple)
+                for n in v if isinstance(n, int)]  # fmt: skip
+    assert numbers and all(-(2**63) <= n < 2**63 for n in numbers)
+    node = next(span for span in spans if span.name == "mm")
+    assert semconv.THREAD_ID not in attrs(node)
+    assert semconv.NODE_MAIN_THREAD_RUN_US not in attrs(node)
+    encode_spans(spans)
+    assert "Failed to encode" not in caplog.text
 
 
 def test_delivery_needs_the_sdk_provider() -> None:

@@ -20,12 +20,14 @@ import pytest
 from opentelemetry import baggage
 from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
 from otel_ort.capi import CSession, SessionConfig
+from otel_ort.failures import failure_counts
 from otel_ort.profiling import recorded_options
 from otel_ort.profiling.store import ProfileDirError
 from otel_ort.sampling import Always, EveryNth, Never, ProfileSampler, Ratio
@@ -555,13 +557,22 @@ def test_a_response_hook_may_flush_profiles_during_a_profiled_run(
 def test_options_the_twin_cannot_know_make_the_session_unprofilable(
     telemetry: Telemetry, profile_dir: Path, mlp_path: Path
 ) -> None:
+    """Among them what a session was created with, which ORT does not keep: a session
+    created before instrument() may have disabled optimizers a twin would run."""
     early = ort.SessionOptions()  # made before instrument(): its history is unknown
     early.add_session_config_entry("session.set_denormal_as_zero", "1")
+    sessions = [ort.InferenceSession(mlp_path, providers=CPU)]  # before instrument()
     with instrumentation(**telemetry.providers, profile_dir=str(profile_dir)):
         with_initializer = ort.SessionOptions()
         with_initializer.add_initializer("unused", ort.OrtValue.ortvalue_from_numpy(X["x"]))
-        for options in (early, with_initializer):
-            session = ort.InferenceSession(mlp_path, options, providers=CPU)
+        sessions += [
+            ort.InferenceSession(mlp_path, o, providers=CPU) for o in (early, with_initializer)
+        ]
+        no_fusion = {"disabled_optimizers": ["MatMulAddFusion"]}
+        sessions.append(ort.InferenceSession(mlp_path, providers=CPU, **no_fusion))
+        with suppress_instrumentation():  # untraced, still seen
+            sessions.append(ort.InferenceSession(mlp_path, providers=CPU, **no_fusion))
+        for session in sessions:
             ready(session, X)
             with profile_next_run():
                 session.run(None, X)
@@ -570,9 +581,11 @@ def test_options_the_twin_cannot_know_make_the_session_unprofilable(
         for s in run_spans(telemetry)
         if attrs(s).get(semconv.PROFILE_SKIP_REASON) == semconv.SKIP_TWIN_UNAVAILABLE
     ]
-    assert len(details) == 2
-    assert "SessionOptions was created before instrument()" in details[0]
-    assert "add_initializer" in details[1]
+    assert len(details) == 5
+    assert details[0].startswith("it was created before instrument() (or while profiling was off)")
+    assert "SessionOptions was created before instrument()" in details[1]
+    assert "add_initializer" in details[2]
+    assert details[3] == details[4] == "it was created with disabled_optimizers"
 
 
 def test_options_changed_while_not_instrumented_make_the_session_unprofilable(
@@ -644,6 +657,29 @@ def test_a_sampler_interrupted_ends_the_span_and_the_interrupt_goes_on(
             else:
                 session.run_async(None, X, lambda *_: None, None)
     assert attrs(run_spans(telemetry)[-1])[semconv.ERROR_TYPE] == "KeyboardInterrupt"
+
+
+def test_a_sampler_that_raises_is_reported_and_selects_nothing(
+    telemetry: Telemetry, profile_dir: Path, mlp_path: Path
+) -> None:
+    """A bug in the user's sampler, like one in a hook: logged and counted as a failure; the
+    run is neither profiled nor counted as selected."""
+
+    class Broken(ProfileSampler):
+        def should_profile(self, span_context: trace_api.SpanContext) -> bool:
+            raise ValueError("sampler bug")
+
+    before = failure_counts().get("profile_sampler raised", 0)
+    expected = ort.InferenceSession(mlp_path, providers=CPU).run(None, X)
+    profiler = dict(profile_sampler=Broken(), profile_dir=str(profile_dir))
+    with instrumentation(**telemetry.providers, **profiler):
+        session = ort.InferenceSession(mlp_path, providers=CPU)
+        outputs = session.run(None, X)
+    assert np.array_equal(outputs[0], expected[0])
+    assert failure_counts()["profile_sampler raised"] == before + 1
+    (span,) = run_spans(telemetry)
+    assert semconv.PROFILE_SKIP_REASON not in attrs(span)
+    assert telemetry.points(semconv.METRIC_PROFILE_RUNS) == []
 
 
 def test_a_response_hook_interrupted_on_a_profiled_run_still_hands_the_run_over(

@@ -7,8 +7,6 @@ import contextlib
 import json
 import logging
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -470,61 +468,6 @@ def test_runs_while_the_worker_queue_is_full_make_no_twin_until_there_is_room(
     assert flush_profiles(timeout=60)
     served(session, X)
     assert session.__dict__["_otel_ort_twin_attempts"] == 1
-
-
-EARLY_SESSIONS_SCRIPT = """
-import os
-import sys
-import numpy as np
-import onnxruntime as ort
-from otel_ort import OrtInstrumentor, flush_profiles
-
-old_file, new_file, link = sys.argv[1:]
-with open(new_file, "wb") as file:  # written after this process started
-    file.write(open(old_file, "rb").read())
-x = {"x": np.array([1.0, -2.0], np.float32)}
-os.chdir(os.path.dirname(old_file))
-sessions = [ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-            for path in (old_file, new_file, os.path.basename(old_file), link)]
-os.chdir("/")  # the relative path now names no file, or another one
-OrtInstrumentor().instrument(profile_mode="serve", profile_dir=sys.argv[1] + ".profiles")
-for session in sessions:
-    session.run(None, x)
-    flush_profiles()
-    twin = session.__dict__["_otel_ort_twin"]
-    print(twin.state, twin.reason)
-"""
-
-
-def test_a_session_made_before_instrument_is_twinned_only_if_its_file_predates_the_process(
-    tmp_path: Path,
-) -> None:
-    """Its file's identity when the session read it is unknown: a file unchanged since the
-    process started, by its absolute path, is the one it read; one written later may not
-    be, nor one named by a relative path or through a symbolic link."""
-    old_file = tmp_path / "neg.onnx"
-    old_file.write_bytes(unary_model("Neg"))
-    link = tmp_path / "current.onnx"
-    link.symlink_to(old_file)  # may point to another (older) model later: a rollback
-    time.sleep(1.1)  # /proc's process start time may be up to 1 s early
-    arguments = [str(old_file), str(tmp_path / "new.onnx"), str(link)]
-    completed = subprocess.run(
-        [sys.executable, "-c", EARLY_SESSIONS_SCRIPT, *arguments],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    old_line, new_line, relative_line, link_line = completed.stdout.splitlines()
-    assert old_line.startswith("ready")
-    assert new_line.startswith("failed it was created before instrument()"), new_line
-    for line, path in ((relative_line, "neg.onnx"), (link_line, str(link))):
-        assert line == (
-            f"failed it was created before instrument() from {path!r}, a relative path or one "
-            "through a symbolic link, which may name another file now: create the session "
-            "after instrument()"
-        )
 
 
 @pytest.mark.parametrize("profiled", [False, True], ids=["served", "profiled"])

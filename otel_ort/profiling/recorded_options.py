@@ -182,19 +182,13 @@ def snapshot_options(session: Any, init_kwargs: Mapping[str, Any]) -> None:
 
 
 def model_file(session: Any) -> tuple[str, Callable[[], str]] | None:
-    """For a session made from a file: the path a twin loads (absolute as of the session's
-    creation, for one created while instrumented) and a check of why that file may no
-    longer be the one the session read (a new export to the same path, say), ``""`` if
-    none, to call before and after the twin loads it. A session created while instrumented
-    is checked against the file as it was then; for one created before, the file must not
-    have changed since this process started (before that, no session of it could have read
-    it). ``None`` for a session made from bytes."""
-    path = getattr(session, "_model_path", None)
-    if not path:
-        return None
+    """For a session made from a file while instrumented: the absolute path it had then (a
+    later ``chdir`` does not matter) and a check of why that file may no longer be the one
+    the session read (a new export to the same path, say), ``""`` if none, to call before
+    and after a twin loads it. ``None`` otherwise."""
     recorded = session.__dict__.get(_MODEL_FILE_KEY)
     if recorded is None:
-        return os.fspath(path), functools.partial(_changed_since_start, path)
+        return None
     absolute, identity = recorded
     return absolute, functools.partial(_unchanged, absolute, identity)
 
@@ -203,53 +197,6 @@ def _unchanged(path: str, identity: tuple[int, ...] | None) -> str:
     if _file_identity(path) == identity:
         return ""
     return "its model file changed after the session was created: a twin would load the new model"
-
-
-def _changed_since_start(path: Any) -> str:
-    """For a session created before ``instrument()``: why its file may have changed since it
-    was read, or ``""``. A relative path (the working directory may have changed since) or
-    one through a symbolic link (it may point elsewhere now: a rollback to an older model)
-    may name another file, whatever its times say."""
-    try:
-        moved = not os.path.isabs(path) or os.path.realpath(path) != os.path.abspath(path)
-    except (TypeError, ValueError) as exc:
-        return f"its model path cannot be read ({exc}): a twin could not load the same model"
-    if moved:
-        return (
-            f"it was created before instrument() from {os.fspath(path)!r}, a relative path or "
-            "one through a symbolic link, which may name another file now: create the "
-            "session after instrument()"
-        )
-    if _PROCESS_START is None:
-        return (
-            "it was created before instrument(), and this process's start time cannot be "
-            "read to tell whether its model file changed since: create the session after "
-            "instrument()"
-        )
-    try:
-        info = os.stat(path)
-    except (OSError, TypeError, ValueError) as exc:
-        return f"its model file cannot be read ({exc}): a twin could not load the same model"
-    if max(info.st_mtime, info.st_ctime) < _PROCESS_START:
-        return ""
-    return (
-        "it was created before instrument() and its model file changed after this process "
-        "started, maybe after the session read it: a twin could load another model; create "
-        "the session after instrument()"
-    )
-
-
-def _process_start() -> float | None:
-    """When this process started (s since the epoch, at most 1 s early), from /proc; ``None``
-    where unknown."""
-    try:
-        with open("/proc/self/stat", "rb") as stat_file:  # comm may hold spaces: after ")"
-            ticks = int(stat_file.read().rsplit(b")", 1)[1].split()[19])
-        with open("/proc/stat", "rb") as system:
-            boot = next(int(line.split()[1]) for line in system if line.startswith(b"btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
 
 
 def _file_identity(path: Any) -> tuple[int, ...] | None:
@@ -266,10 +213,9 @@ def session_calls(session: Any) -> tuple[Calls, str]:
     snapshot: tuple[Calls, str] | None = session.__dict__.get(_SNAPSHOT_KEY)
     if snapshot is not None:
         return snapshot
-    if getattr(session, "_sess_options_initial", None) is not None:
-        return [], "it was created before instrument() with SessionOptions that cannot be read"
-    return [], ""  # created before instrument() with ORT's defaults
-
-
-_PROCESS_START = _process_start()
-"""Read at import: a forked child keeps its parent's (its sessions may be the parent's)."""
+    return [], (
+        "it was created before instrument() (or while profiling was off), so the arguments "
+        "it was created with cannot all be known (disabled_optimizers, for one: a twin with "
+        "other optimizers may compute other numbers); create the session after instrument() "
+        "to profile it"
+    )
