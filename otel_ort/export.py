@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import threading
@@ -34,7 +35,7 @@ class OtlpJsonFileSpanExporter(SpanExporter):
         """Why the last of them could not."""
         self._lock = threading.Lock()
         renew_locks_in_child(self, "_lock")
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in shutdown)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         request = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
@@ -44,13 +45,12 @@ class OtlpJsonFileSpanExporter(SpanExporter):
                     _ids_to_hex(span)
                     for link in span.get("links", ()):
                         _ids_to_hex(link)
-        line = json.dumps(request, separators=(",", ":"))
+        line = (json.dumps(request, separators=(",", ":")) + "\n").encode()
         with self._lock:
             try:
-                if self._file.closed:
+                if self._fd is None:
                     raise OSError("the file was closed at shutdown")
-                self._file.write(line + "\n")
-                self._file.flush()
+                _append(self._fd, line)
             except OSError as exc:  # a full disk, say: counted, and the exporter goes on
                 self.failed += len(spans)
                 self.problem = str(exc)
@@ -59,7 +59,23 @@ class OtlpJsonFileSpanExporter(SpanExporter):
 
     def shutdown(self) -> None:
         with self._lock:
-            self._file.close()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+def _append(fd: int, line: bytes) -> None:
+    """Write ``line`` whole at the end of ``fd``'s file, or leave nothing of it there (the
+    next batch would be glued to a part of it: two lines lost)."""
+    start = os.lseek(fd, 0, os.SEEK_END)
+    view = memoryview(line)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, start)
+        raise
 
 
 def _ids_to_hex(item: dict[str, Any]) -> None:

@@ -153,6 +153,11 @@ def _profile(request: ProfileRequest, out: TextIO, err: TextIO) -> None:
             exporting = _Exporting(request) if request.otlp_endpoint else None
             try:
                 profiles = _keep_all(runs, store, request.model, counting, exporting, err)
+            except Exception:
+                if exporting is not None:  # the traces queued so far leave now, counted
+                    with contextlib.suppress(UserError):
+                        exporting.close(out)
+                raise
             finally:  # ORT's files of runs not kept (those kept are already gone)
                 for run in runs:
                     remove_files(store.written(run.files))
@@ -176,7 +181,13 @@ def _print_results(
             if number == half + 1:
                 print(f"  ... {_plural(hidden, 'more run')}", file=out)
             continue
-        where = profile.path if os.path.exists(profile.path) else "(deleted: see below)"
+        where = (
+            profile.path
+            if os.path.exists(profile.path)
+            else "(deleted: see below)"
+            if store.deleted
+            else "(gone: deleted by another process)"
+        )
         print(f"  run {number:<{width}} {profile.runs[0].dur / 1000:8.3f} ms  {where}", file=out)
     if store.deleted:
         print(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from google.protobuf.json_format import ParseDict
@@ -74,3 +76,46 @@ def test_file_exporter_writes_otlp_json_with_hex_ids(tmp_path: Path) -> None:
                     if key in span:
                         span[key] = base64.b64encode(bytes.fromhex(span[key])).decode()
     ParseDict(request, ExportTraceServiceRequest())
+
+
+FULL_DISK_SCRIPT = """
+import resource, signal, sys
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from otel_ort.export import OtlpJsonFileSpanExporter
+
+memory = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(memory))
+tracer = provider.get_tracer("test")
+for size in (10, 20_000, 10):
+    with tracer.start_as_current_span("s", attributes={"a": "x" * size}):
+        pass
+small, big, last = memory.get_finished_spans()
+exporter = OtlpJsonFileSpanExporter(sys.argv[1])
+print(exporter.export([small]).name)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+_, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (8192, hard))  # like a disk that fills mid-line
+print(exporter.export([big]).name, exporter.failed)
+resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))  # room again
+print(exporter.export([last]).name)
+exporter.shutdown()
+"""
+
+
+def test_a_line_the_disk_had_no_room_for_leaves_nothing_behind(tmp_path: Path) -> None:
+    """A batch written in part (a full disk) is counted as failed and taken back: the next
+    batch's line is not glued to it."""
+    path = tmp_path / "spans.jsonl"
+    completed = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_SCRIPT, str(path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.split() == ["SUCCESS", "FAILURE", "1", "SUCCESS"]
+    assert [len(json.loads(line)["resourceSpans"]) for line in path.read_text().splitlines()] == [
+        1,
+        1,
+    ]

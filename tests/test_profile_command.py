@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from otel_ort import semconv
+from otel_ort import profile_command, semconv
 from otel_ort.cli import main
 from otel_ort.demo_model import mlp_model
 from otel_ort.perf.tracks import counters
@@ -391,6 +392,32 @@ def test_spans_that_do_not_arrive_fail_the_command(
     assert "0 dropped before export, 3 failed to send" in captured.out
     assert f"otel-ort profile: 3 of 3 spans did not reach {endpoint}" in captured.err
     assert len(kept_files(tmp_path / "p")) == 1
+
+
+def test_a_disk_that_fills_while_keeping_still_sends_the_traces_kept(
+    mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command fails with the disk's error; the runs kept before it were sent: they
+    leave before it returns, and are counted, not left to the exit."""
+    from otel_ort.profiling.kept import publish_run as publish
+    published: list[object] = []
+
+    def disk_fills(*args: Any) -> None:
+        if published:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        published.append(publish(*args))
+
+    monkeypatch.setattr(profile_command, "publish_run", disk_fills)
+    with OtlpReceiver() as receiver:
+        code = main([
+            "profile", str(mlp), "--runs", "2", "--profile-dir", str(tmp_path / "p"),
+            "--otlp-endpoint", receiver.grpc_endpoint,
+        ])  # fmt: skip
+        received = {span.trace_id for _, span in receiver.spans()}
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "cannot write profiles in" in err and "No space left on device" in err
+    assert "sending 2 traces to" in out and len(received) == 2
 
 
 def test_ctrl_c_keeps_and_shows_the_runs_done(mlp: Path, tmp_path: Path) -> None:

@@ -808,6 +808,26 @@ def test_a_provider_not_the_sdks_gets_the_run_span_and_the_file_kept(
     assert not children_of(telemetry, span)
 
 
+def test_a_run_without_a_trace_keeps_a_file_that_names_none(
+    profile_dir: Path, mlp_path: Path
+) -> None:
+    """Without an SDK tracer provider a run's span context is invalid: its file gets no ids
+    (all zeros would read as a trace to look for)."""
+    with instrumentation(
+        tracer_provider=trace_api.NoOpTracerProvider(), profile_dir=str(profile_dir)
+    ):
+        session = ort.InferenceSession(mlp_path, providers=CPU)
+        ready(session, X)
+        with profile_next_run():
+            session.run(None, X)
+        assert flush_profiles(timeout=60)
+    [path] = profile_files(profile_dir)
+    document = json.loads(path.read_text())
+    runs = [e for e in document["traceEvents"] if e.get("name") == "model_run"]
+    assert runs and not any("trace_id" in e["args"] or "span_id" in e["args"] for e in runs)
+    assert "trace_id" not in document["otherData"] and "span_id" not in document["otherData"]
+
+
 def test_inputs_that_cannot_be_copied_for_the_twin_leave_nothing_waiting(
     profiling: Telemetry, mlp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -586,12 +586,13 @@ class Profiler:
                     self._dropped_counter.add(dropped)
         context = span.get_span_context()
         other_data = {
-            "trace_id": format_trace_id(context.trace_id),
-            "span_id": format_span_id(context.span_id),
             "session_id": session_facts.session_id,
             "model": session_facts.run_attributes.get(semconv.MODEL_PATH, "unknown"),
             "otel_ort_version": __version__,
         }
+        if context.is_valid:  # not without an SDK tracer provider: no trace to point to
+            other_data["trace_id"] = format_trace_id(context.trace_id)
+            other_data["span_id"] = format_span_id(context.span_id)
         deleted = publish_run(store, run.files, profile, other_data, run.thread)
         if deleted:
             self._count("files_deleted", deleted)

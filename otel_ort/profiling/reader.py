@@ -101,7 +101,7 @@ def _load_events(path: str) -> tuple[list[Any], bool, int | None]:
         raise ProfileError(
             path,
             f"is empty ({len(data)} bytes): ORT leaves an empty file when a profiled run "
-            "fails, so this run has no profile",
+            "fails or its profile cannot be written (a full disk), so this run has no profile",
         )
     # ORT writes a node's name as the model gives it, UTF-8 or not; a file cut short may end
     # inside a character
