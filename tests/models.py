@@ -81,6 +81,21 @@ def unused_input_model() -> bytes:
     return _serialize(graph)
 
 
+def reshape_model() -> bytes:
+    """``x`` (4 floats) reshaped to the shape input ``s``: a shape that does not hold 4 fails
+    the run itself (ORT's FAIL), after its inputs were taken."""
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")],
+        "reshape",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return _serialize(graph)
+
+
 def float_and_bfloat16_model() -> bytes:
     """``x`` to ``y = Relu(x)`` (float) and ``z = Cast(x, bfloat16)``, an output that ORT's Python
     API cannot return (there is no numpy bfloat16)."""

@@ -400,6 +400,7 @@ def test_a_disk_that_fills_while_keeping_still_sends_the_traces_kept(
     """The command fails with the disk's error; the runs kept before it were sent: they
     leave before it returns, and are counted, not left to the exit."""
     from otel_ort.profiling.kept import publish_run as publish
+
     published: list[object] = []
 
     def disk_fills(*args: Any) -> None:

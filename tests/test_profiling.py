@@ -3,6 +3,7 @@ real span trees."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import mmap
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 import pytest
+from onnxruntime.capi.onnxruntime_pybind11_state import Fail
 from opentelemetry import baggage
 from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
@@ -32,7 +34,7 @@ from otel_ort.profiling import recorded_options
 from otel_ort.profiling.store import ProfileDirError
 from otel_ort.sampling import Always, EveryNth, Never, ProfileSampler, Ratio
 from tests.conftest import Telemetry, attrs, held_runs, instrumentation, run_threads
-from tests.models import string_model, typed_cases
+from tests.models import reshape_model, string_model, typed_cases
 from tests.perf_models import matmul_chain
 
 CPU = ["CPUExecutionProvider"]
@@ -854,6 +856,37 @@ def test_inputs_that_cannot_be_copied_for_the_twin_leave_nothing_waiting(
     reasons = [attrs(span).get(semconv.PROFILE_SKIP_REASON) for span in run_spans(profiling)]
     assert reasons == ["internal_error", "twin_not_ready", None]
     assert np.array_equal(expected[0], outputs[0])
+
+
+def test_three_failed_primings_end_a_twin_until_another_profiler_tries(
+    telemetry: Telemetry, profile_dir: Path
+) -> None:
+    """A twin whose priming run fails (not over inputs ORT refuses up front) is tried again
+    with the next selected run's inputs, three times in all; then the session says why it is
+    not profiled. Re-instrumenting gives it three new attempts."""
+    session_bytes = reshape_model()
+    x = np.ones(4, np.float32)
+    bad, good = ({"x": x, "s": np.array(s, np.int64)} for s in ([3, 3], [2, 2]))
+
+    def selected(feeds: dict[str, Any]) -> None:
+        with profile_next_run(), contextlib.suppress(Fail):
+            session.run(None, feeds)
+        assert flush_profiles(timeout=60)
+
+    with instrumentation(**telemetry.providers, profile_dir=str(profile_dir)):
+        session = ort.InferenceSession(session_bytes, providers=CPU)
+        for _ in range(3):
+            selected(bad)
+        selected(good)
+    with instrumentation(**telemetry.providers, profile_dir=str(profile_dir)):
+        for feeds in (bad, good, good):
+            selected(feeds)
+    reasons = [attrs(span).get(semconv.PROFILE_SKIP_REASON) for span in run_spans(telemetry)]
+    assert reasons == [semconv.SKIP_TWIN_NOT_READY] * 3 + [semconv.SKIP_TWIN_UNAVAILABLE] + [
+        semconv.SKIP_TWIN_NOT_READY
+    ] * 2 + [None]
+    detail = attrs(run_spans(telemetry)[3])[semconv.PROFILE_SKIP_DETAIL]
+    assert str(detail).startswith("priming the twin failed 3 times, last: ")
 
 
 def test_a_run_after_shutdown_says_profiling_was_shut_down(

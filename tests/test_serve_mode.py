@@ -467,7 +467,7 @@ def test_runs_while_the_worker_queue_is_full_make_no_twin_until_there_is_room(
         gate.set()
     assert flush_profiles(timeout=60)
     served(session, X)
-    assert session.__dict__["_otel_ort_twin_attempts"] == 1
+    assert session.__dict__["_otel_ort_twin"].attempts == 1
 
 
 @pytest.mark.parametrize("profiled", [False, True], ids=["served", "profiled"])

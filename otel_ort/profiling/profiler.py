@@ -80,7 +80,6 @@ from otel_ort.version import __version__
 _logger = logging.getLogger("otel_ort")
 
 _TWIN_KEY = "_otel_ort_twin"
-_ATTEMPTS_KEY = "_otel_ort_twin_attempts"
 _MAX_PRIMING_ATTEMPTS = 3
 _MAX_DETAIL = 512
 _SHUT_DOWN = "otel-ort's profiling was shut down"
@@ -370,11 +369,12 @@ class Profiler:
                 return semconv.SKIP_TWIN_NOT_READY, "the twin is being built"
             if not self.worker.reserve():  # first: a twin that cannot be built is not made
                 return self._no_room("no room in the worker's queue to build the twin")
-            attempts = session.__dict__.get(_ATTEMPTS_KEY, 0) + 1
+            # a twin of another profiler or process, or of the session before ORT rebuilt
+            # it: its attempts are not this one's
+            attempts = twin.attempts + 1 if twin and twin.matches(self, session) else 1
             superseded = twin if twin is not None and twin.state != "closed" else None
-            twin = Twin(weakref.ref(self), getattr(session, "_providers", None))
+            twin = Twin(weakref.ref(self), getattr(session, "_providers", None), attempts)
             session.__dict__[_TWIN_KEY] = twin
-            session.__dict__[_ATTEMPTS_KEY] = attempts
             self._twins.add(twin)
             weakref.finalize(session, _release_twin, weakref.ref(self), twin)
         if superseded is not None:  # ORT rebuilt the session; released once its runs end
@@ -473,7 +473,7 @@ class Profiler:
         if csession is None:  # another run's inputs got there first
             self.worker.release()
             return semconv.SKIP_TWIN_NOT_READY, "the twin is being built"
-        attempts = session.__dict__.get(_ATTEMPTS_KEY, 1)
+        attempts = twin.attempts
         serves, required = twin.serves_unprofiled, twin.required_inputs
         if not self.worker.submit(
             lambda: _guarded(

@@ -180,6 +180,8 @@ class Twin:
     providers_list: object
     """The session's ``_providers`` list when it was built: ORT rebuilding the session (EP
     fallback, ``set_providers``) makes a new list, and the twin is rebuilt to match."""
+    attempts: int = 1
+    """Which attempt at a twin for this session this is (of this profiler, in this process)."""
     pid: int = field(default_factory=os.getpid)
     state: str = "building"
     reason: str = ""
