@@ -57,10 +57,12 @@ def facts_for(session: Any) -> SessionFacts:
     """Return the cached facts of ``session``, computing them on first use."""
     facts: SessionFacts | None = session.__dict__.get(_CACHE_ATTR)
     if facts is None or facts.providers_list is not getattr(session, "_providers", None):
+        # outside the lock: hashing a large in-memory model would hold up other sessions
+        model = str(facts.run_attributes[semconv.MODEL_PATH]) if facts else model_label(session)
         with _collect_lock:  # concurrent first runs must agree on one session id
             facts = session.__dict__.get(_CACHE_ATTR)
             if facts is None or facts.providers_list is not getattr(session, "_providers", None):
-                facts = _collect(session, facts)
+                facts = _collect(session, facts, model)
                 session.__dict__[_CACHE_ATTR] = facts
     return facts
 
@@ -100,8 +102,7 @@ def session_span_attributes(session: Any, facts: SessionFacts) -> dict[str, Attr
     return attributes
 
 
-def _collect(session: Any, previous: SessionFacts | None) -> SessionFacts:
-    model = model_label(session)
+def _collect(session: Any, previous: SessionFacts | None, model: str) -> SessionFacts:
     providers = tuple(str(p) for p in session.get_providers())
     session_id = (
         previous.session_id

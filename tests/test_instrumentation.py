@@ -69,10 +69,10 @@ def test_session_span_and_facts_computed_once(
     collect = session_facts._collect
 
     def counting_collect(
-        session: object, previous: session_facts.SessionFacts | None
+        session: object, previous: session_facts.SessionFacts | None, model: str
     ) -> session_facts.SessionFacts:
         collected.append(session)
-        return collect(session, previous)
+        return collect(session, previous, model)
 
     monkeypatch.setattr(session_facts, "_collect", counting_collect)
     session = cpu_session(mlp_path)
@@ -99,6 +99,22 @@ def test_session_creation_failure_is_recorded_and_reraised(
     assert attrs(created)[semconv.ERROR_TYPE] == "NoSuchFile"
     assert attrs(created)[semconv.MODEL_PATH] == str(missing)
     assert str(missing) in str(raised.value)
+
+
+def test_a_model_given_as_bytes_is_hashed_holding_up_no_other_session(
+    instrumented: Telemetry, mlp_bytes: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hashing costs about 2 ms per MB: not under the lock every session's first run takes."""
+    label = session_facts.model_label
+    held: list[bool] = []
+
+    def hashing(session: object) -> str:
+        held.append(session_facts._collect_lock.locked())
+        return label(session)
+
+    monkeypatch.setattr(session_facts, "model_label", hashing)
+    cpu_session(mlp_bytes).run(None, {"x": X})
+    assert held == [False]
 
 
 def test_model_given_as_bytes_gets_a_stable_label(
