@@ -180,7 +180,13 @@ class CountingSpanExporter(SpanExporter):
         self._in_flight = 0
         self._abandoned = 0  # how many times exports in flight were given up
         self._lock = threading.Lock()
-        renew_locks_in_child(self, "_lock")
+        after_fork_in_child(self, CountingSpanExporter._restart)
+
+    def _restart(self) -> None:
+        """In a forked child: count its own exports (the parent's in flight are not its
+        spans to lose), under a lock of its own."""
+        self.sent = self.failed = self._in_flight = 0
+        self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         target = self._endpoint.target
@@ -543,18 +549,18 @@ def _http_url(endpoint: str | None, signal: str) -> str | None:
 def _protocol(given: str | None, signal: Literal["traces", "metrics"]) -> Protocol:
     """``given``, else the signal's ``OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL``, else
     ``OTEL_EXPORTER_OTLP_PROTOCOL``, else gRPC."""
-    value = (
-        given
-        or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
-        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "grpc"
-    )
+    value, source = given, "protocol="
+    for variable in (
+        f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    ):
+        if not value:
+            value, source = os.environ.get(variable), variable
     for protocol in PROTOCOLS:
-        if value.strip() == protocol:
+        if (value or "grpc").strip() == protocol:
             return protocol
     raise ValueError(
-        f"OTLP protocol {value!r} is not supported: use one of {', '.join(PROTOCOLS)} "
-        "(protocol= or OTEL_EXPORTER_OTLP_PROTOCOL)"
+        f"OTLP protocol {value!r} ({source}) is not supported: use one of {', '.join(PROTOCOLS)}"
     )
 
 

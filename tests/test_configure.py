@@ -145,7 +145,10 @@ def test_a_bad_metrics_protocol_fails_before_any_exporter_thread_starts(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/json")
     before = threading.active_count()
     for _ in range(3):
-        with pytest.raises(ValueError, match="OTLP protocol 'http/json' is not supported"):
+        with pytest.raises(
+            ValueError,
+            match=r"'http/json' \(OTEL_EXPORTER_OTLP_METRICS_PROTOCOL\) is not supported",
+        ):
             configure(endpoint=f"http://127.0.0.1:{free_port()}", set_global=False)
     assert threading.active_count() == before
 
@@ -363,7 +366,7 @@ def test_a_forked_child_counts_its_own_drops_under_a_lock_of_its_own() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"protocol": "http/json"}, "OTLP protocol 'http/json' is not supported: use one of grpc"),
+        ({"protocol": "http/json"}, r"OTLP protocol 'http/json' \(protocol=\) is not supported"),
         ({"headers": "x-key"}, "OTLP header 'x-key' is not key=value"),
         ({"profile_queue_size": 0}, "profile_queue_size must be at least 1"),
     ],
@@ -371,6 +374,13 @@ def test_a_forked_child_counts_its_own_drops_under_a_lock_of_its_own() -> None:
 def test_bad_arguments_are_named(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         configure(set_global=False, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_bad_protocol_variable_is_the_one_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "grcp")
+    with pytest.raises(ValueError, match=r"'grcp' \(OTEL_EXPORTER_OTLP_METRICS_PROTOCOL\)"):
+        configure(set_global=False)
 
 
 @pytest.fixture

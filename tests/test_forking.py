@@ -10,7 +10,10 @@ import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_ort import failures, session_facts
@@ -72,3 +75,43 @@ def test_otel_orts_locks_are_free_in_a_forked_child(tmp_path: Path) -> None:
         assert locked_in_child(locks) == dict.fromkeys(locks, False)
     finally:
         file_exporter.shutdown()
+
+
+class HeldExporter(InMemorySpanExporter):
+    """An export that waits until released: one in flight at the fork."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside, self.release = threading.Event(), threading.Event()
+
+    def export(self, spans: Any) -> SpanExportResult:
+        self.inside.set()
+        self.release.wait(30)
+        return super().export(spans)
+
+
+def test_a_parents_export_in_flight_is_not_the_childs_to_lose() -> None:
+    """The child's counts start at zero: the parent's export in flight at the fork is not
+    counted lost by the child's shutdown (the parent sends it)."""
+    held = HeldExporter()
+    exporter = CountingSpanExporter(held, Endpoint("http://localhost:4318"))
+    provider = TracerProvider()
+    with provider.get_tracer("test").start_as_current_span("s") as span:
+        pass
+    exporting = threading.Thread(target=exporter.export, args=([span] * 7,))
+    exporting.start()
+    assert held.inside.wait(30)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write_end, json.dumps([exporter.abandon_in_flight(), exporter.sent]).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    held.release.set()
+    exporting.join()
+    with os.fdopen(read_end) as pipe:
+        assert json.loads(pipe.read()) == [0, 0]
+    os.waitpid(pid, 0)
+    assert exporter.sent == 7

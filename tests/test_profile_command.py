@@ -443,7 +443,10 @@ def test_ctrl_c_keeps_and_shows_the_runs_done(mlp: Path, tmp_path: Path) -> None
         time.sleep(0.05)
     time.sleep(0.5)  # some runs done
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=120)
+    try:
+        out, err = process.communicate(timeout=120)
+    finally:  # not left running a million runs when it does not stop
+        process.kill()
     assert process.returncode == 130, err
     assert "Traceback" not in err and err.rstrip().endswith("otel-ort: interrupted")
     assert "interrupted: keeping the " in err
