@@ -46,8 +46,12 @@ def embedding(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])],
         initializer=[table],
     )
+    return saved(graph, tmp_path_factory.mktemp("models") / "embedding.onnx")
+
+
+def saved(graph: Any, path: Path) -> Path:
+    """``graph`` as an opset-17 model file at ``path``."""
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-    path = tmp_path_factory.mktemp("models") / "embedding.onnx"
     path.write_bytes(model.SerializeToString())
     return path
 
@@ -152,9 +156,7 @@ def test_a_model_without_nodes_says_so_not_empty_tables(
         [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2])],
         initializer=[numpy_helper.from_array(np.ones(2, np.float32), "c")],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-    path = tmp_path / "constant.onnx"
-    path.write_bytes(model.SerializeToString())
+    path = saved(graph, tmp_path / "constant.onnx")
     assert main(["profile", str(path), "--runs", "2", "--profile-dir", str(tmp_path / "p")]) == 0
     out = capsys.readouterr().out
     assert f"{path}: 2 run(s), 0 node executions" in out
@@ -467,12 +469,7 @@ def test_names_from_the_model_cannot_act_on_the_terminal(
         [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["n\x1b[2J"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n\x1b[2J"])],
     )
-    model = tmp_path / "named.onnx"
-    model.write_bytes(
-        helper.make_model(
-            graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9
-        ).SerializeToString()
-    )
+    model = saved(graph, tmp_path / "named.onnx")
     directory = str(tmp_path / "p")
     assert main(["profile", str(model), "--runs", "1", "--profile-dir", directory]) == 0
     assert main(["profile", str(model), "--shape", "z=1", "--profile-dir", directory]) == 1
@@ -503,12 +500,7 @@ def test_a_bool_scalar_and_an_initializer_given_as_input(
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
         initializer=[weight],
     )
-    model = tmp_path / "flagged.onnx"
-    model.write_bytes(
-        helper.make_model(
-            graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9
-        ).SerializeToString()
-    )
+    model = saved(graph, tmp_path / "flagged.onnx")
     directory = str(tmp_path / "p")
     assert main(["profile", str(model), "--runs", "1", "--profile-dir", directory]) == 0
     out = capsys.readouterr().out
