@@ -181,13 +181,9 @@ def _print_results(
             if number == half + 1:
                 print(f"  ... {_plural(hidden, 'more run')}", file=out)
             continue
-        where = (
-            profile.path
-            if os.path.exists(profile.path)
-            else "(deleted: see below)"
-            if store.deleted
-            else "(gone: deleted by another process)"
-        )
+        where = profile.path
+        if not os.path.exists(where):
+            where = "(deleted: see below)" if store.deleted else "(gone: deleted elsewhere)"
         print(f"  run {number:<{width}} {profile.runs[0].dur / 1000:8.3f} ms  {where}", file=out)
     if store.deleted:
         print(

@@ -282,8 +282,9 @@ def _node_attributes(node: NodeRecord) -> dict[str, AttributeValue]:
         semconv.NODE_PROVIDER: node.provider,
         semconv.NODE_DURATION_US: float(node.dur),
     }
-    if node.tid is not None and _INT64[0] <= node.tid <= _INT64[1]:
-        attributes[semconv.THREAD_ID] = node.tid
+    tid = _int(node.tid)
+    if tid is not None:
+        attributes[semconv.THREAD_ID] = tid
     for key, value in node.args.items():  # one pass: this runs once per node of every profile
         name = _INT_ARGS.get(key)
         if name is None and key.startswith("mem_"):
