@@ -15,7 +15,7 @@ processors, the queue): a provider that is not the SDK's cannot take finished sp
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
@@ -38,7 +38,7 @@ class SpanDelivery:
 
     def _processors(self) -> Sequence[SpanProcessor]:
         # the multi-processor's list changes when the user adds a processor: read it each time
-        return tuple(getattr(self._active, "_span_processors", (self._active,)))
+        return _each_processor(self._active)
 
     def deliver(self, spans: Iterable[ReadableSpan]) -> int:
         """Give every span to every processor; return how many span deliveries were dropped."""
@@ -66,3 +66,19 @@ class SpanDelivery:
                         continue
                 processor.on_end(span)
         return dropped
+
+
+def flushes(tracer_provider: object) -> list[Callable[..., object]]:
+    """The ``force_flush`` of each span processor of an SDK provider, to be run together (the
+    SDK's own flush runs them one after another, so against a collector that is down each
+    waits out its export's retries in turn); else the provider's own, if it has one."""
+    active = getattr(tracer_provider, "_active_span_processor", None)
+    if isinstance(tracer_provider, TracerProvider) and active is not None:
+        return [processor.force_flush for processor in _each_processor(active)]
+    flush = getattr(tracer_provider, "force_flush", None)
+    return [flush] if callable(flush) else []
+
+
+def _each_processor(active: SpanProcessor) -> Sequence[SpanProcessor]:
+    """The processors behind a provider's active (multi-)processor."""
+    return tuple(getattr(active, "_span_processors", (active,)))

@@ -88,3 +88,11 @@ def flush_profiles(timeout: float | None = None) -> bool:
     jobs and tests; interpreter exit does the same by itself."""
     profiler = OrtInstrumentor()._profiler
     return True if profiler is None else bool(profiler.flush(timeout))
+
+
+def wait_for_profiles(timeout: float) -> bool:
+    """Wait until profiled runs so far are converted: their spans handed to the provider's
+    span processors, not yet exported (``Telemetry.shutdown`` exports them within its own
+    timeout); ``False`` if ``timeout`` seconds were not enough."""
+    profiler = OrtInstrumentor()._profiler
+    return True if profiler is None else bool(profiler.worker.drain(timeout))

@@ -27,6 +27,7 @@ import urllib.parse
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, cast
 
 from opentelemetry import metrics, trace
@@ -45,6 +46,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_ort import semconv
+from otel_ort.bounded import call_within
 from otel_ort.forking import after_fork_in_child, renew_locks_in_child
 from otel_ort.spans import PROFILE_SCOPE_NAME
 from otel_ort.version import __version__
@@ -61,6 +63,8 @@ UNREACHABLE_PAUSE_S = 5.0
 """After a failed export, batches are dropped (counted) without trying for this long."""
 
 _LOG_INTERVAL_S = 60.0
+_COUNTING_S = 1.0
+"""At shutdown, how long past the deadline a span processor may take to count what it left."""
 _EXPORTERS = {  # module (under ...otlp.proto.grpc / .http) and class of each signal
     "traces": ("trace_exporter", "OTLPSpanExporter"),
     "metrics": ("metric_exporter", "OTLPMetricExporter"),
@@ -306,8 +310,17 @@ class RequestSpanProcessor(_CountingBatchProcessor):
     takes_profile_spans = False
     stream = "requests"
 
-    def __init__(self, exporter: SpanExporter, drops: DropCounter) -> None:
-        super().__init__(exporter, drops)
+    def __init__(
+        self, exporter: SpanExporter, drops: DropCounter, batching: Batching | None = None
+    ) -> None:
+        batching = batching or Batching.from_environment()
+        super().__init__(
+            exporter,
+            drops,
+            max_queue_size=batching.queue_size,
+            max_export_batch_size=batching.batch_size,
+            schedule_delay_millis=batching.delay_ms,
+        )
         self._adding = threading.Lock()
         self._closed = False  # set under ``_adding``, before the SDK's own flag
         renew_locks_in_child(self, "_adding")
@@ -347,10 +360,15 @@ class ProfileSpanProcessor(_CountingBatchProcessor):
 
     stream = "profiles"
 
-    def __init__(self, exporter: SpanExporter, drops: DropCounter, max_queue_size: int) -> None:
-        batch = min(_batch_size(), max_queue_size)
+    def __init__(
+        self, exporter: SpanExporter, drops: DropCounter, batching: Batching, queue_size: int
+    ) -> None:
         super().__init__(
-            exporter, drops, max_queue_size=max_queue_size, max_export_batch_size=batch
+            exporter,
+            drops,
+            max_queue_size=queue_size,
+            max_export_batch_size=min(batching.batch_size, queue_size),
+            schedule_delay_millis=batching.delay_ms,
         )
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -359,22 +377,76 @@ class ProfileSpanProcessor(_CountingBatchProcessor):
             super().on_end(span)
 
 
-def _batch_size() -> int:
-    """``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``, or the SDK's default (512) with a warning, as the
-    SDK does, when it is not a whole number >= 1."""
-    value = os.environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "")
-    try:
-        size = int(value) if value else 512
-    except ValueError:
-        size = 0
-    if size < 1:
-        _logger.warning(
-            "otel-ort: OTEL_BSP_MAX_EXPORT_BATCH_SIZE=%r is not a whole number >= 1; "
-            "profile spans are exported 512 at a time",
-            value,
+@dataclass(frozen=True)
+class Batching:
+    """The ``OTEL_BSP_*`` settings of the batch processors (the profile queue has its own size)."""
+
+    queue_size: int
+    batch_size: int
+    delay_ms: int
+
+    @classmethod
+    def from_environment(cls) -> Batching:
+        """What the SDK reads, and what it would refuse without naming the variable, named."""
+        batching = cls(
+            _whole("OTEL_BSP_MAX_QUEUE_SIZE", 2048),
+            _whole("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512),
+            _whole("OTEL_BSP_SCHEDULE_DELAY", 5000),
         )
-        return 512
-    return size
+        if batching.batch_size > batching.queue_size:
+            raise ValueError(
+                f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={batching.batch_size} is more than "
+                f"OTEL_BSP_MAX_QUEUE_SIZE={batching.queue_size}: a batch must fit in the queue"
+            )
+        return batching
+
+
+def _whole(variable: str, default: int) -> int:
+    """``variable`` as a whole number: ``default`` with a warning, as the SDK does, where it is
+    not one; a ``ValueError`` naming it where it is below 1 (the SDK's error does not)."""
+    value = os.environ.get(variable, "").strip()
+    try:
+        number = int(value) if value else default
+    except ValueError:
+        _logger.warning(
+            "otel-ort: %s=%r is not a whole number: using the SDK's default, %d",
+            variable,
+            value,
+            default,
+        )
+        return default
+    if number < 1:
+        raise ValueError(f"{variable}={value!r} must be at least 1 (the SDK's default: {default})")
+    return number
+
+
+def _check_export_timeouts() -> None:
+    """The OTLP exporters' timeout variables: a ``ValueError`` naming one that is not a number
+    of seconds; a warning where one reads as more than 10 minutes (OpenTelemetry Python reads
+    seconds where the specification says milliseconds)."""
+    for signal in ("", "TRACES_", "METRICS_"):
+        variable = f"OTEL_EXPORTER_OTLP_{signal}TIMEOUT"
+        value = os.environ.get(variable, "").strip()
+        if not value:
+            continue
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = math.nan
+        if not 0 < seconds < math.inf:
+            raise ValueError(
+                f"{variable}={value!r} is not a number of seconds above 0 (OpenTelemetry "
+                "Python's OTLP exporters read it in seconds; their default is 10)"
+            )
+        if seconds > 600:
+            _logger.warning(
+                "otel-ort: %s=%s is read as %g seconds by OpenTelemetry Python's OTLP "
+                "exporters (the specification says milliseconds): an export to a collector "
+                "that is down may wait that long",
+                variable,
+                value,
+                seconds,
+            )
 
 
 @dataclass
@@ -410,25 +482,36 @@ class Telemetry:
             return
         self._shut_down = True
         atexit.unregister(self.shutdown)
-        from otel_ort.instrumentation import flush_profiles
+        from otel_ort.instrumentation import wait_for_profiles
 
-        down = {endpoint.target for endpoint in self.endpoints if endpoint.down}
-        for endpoint in self.endpoints:  # a metrics exporter not tried yet need not wait either
-            endpoint.give_up(endpoint.target in down)
         deadline = time.monotonic() + timeout
-        flush_profiles(timeout)  # the run spans of profiled runs end in the profile worker
-        for processor in self.processors:  # the provider's shutdown gives each 30 s
-            processor.shutdown(_millis_left(deadline))
-        self.tracer_provider.shutdown()
+        self._give_up_targets_down()
+        wait_for_profiles(timeout)  # the run spans of profiled runs end in the profile worker
+        # together: against a collector that is down each waits out its export's retries;
+        # each returns by the deadline, then counts what it left (given a moment for that)
+        shutdowns = [partial(p.shutdown, _millis_left(deadline)) for p in self.processors]
+        call_within(shutdowns, _left(deadline) + _COUNTING_S, "a span processor's shutdown")
+        self._give_up_targets_down()  # the last metric export skips a target spans found down
+        self.tracer_provider.shutdown()  # ours are shut down: it waits for processors you added
         try:
             self.meter_provider.shutdown(timeout_millis=_millis_left(deadline))
         except Exception as exc:  # the SDK raises when a reader's last export did not finish
             _logger.warning("otel-ort: the last metrics were not exported at shutdown: %s", exc)
         self.drops.log()
 
+    def _give_up_targets_down(self) -> None:
+        """Every exporter gives up a target that one of them found down."""
+        down = {endpoint.target for endpoint in self.endpoints if endpoint.down}
+        for endpoint in self.endpoints:
+            endpoint.give_up(endpoint.target in down)
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
 
 def _millis_left(deadline: float) -> int:
-    return max(0, int((deadline - time.monotonic()) * 1000))
+    return int(_left(deadline) * 1000)
 
 
 def configure(
@@ -462,6 +545,8 @@ def configure(
     if profile_queue_size < 1:
         raise ValueError(f"profile_queue_size must be at least 1, got {profile_queue_size}")
     header_dict = _headers(headers)
+    batching = Batching.from_environment()
+    _check_export_timeouts()
     if set_global and isinstance(trace.get_tracer_provider(), TracerProvider):
         raise RuntimeError(
             "otel_ort.configure(): an OpenTelemetry SDK tracer provider is already set (by "
@@ -486,9 +571,9 @@ def configure(
         endpoints.append(Endpoint(target))
         exporter = CountingSpanExporter(cast(SpanExporter, inner), endpoints[-1], drops, stream)
         processors.append(
-            RequestSpanProcessor(exporter, drops)
+            RequestSpanProcessor(exporter, drops, batching)
             if stream == "requests"
-            else ProfileSpanProcessor(exporter, drops, profile_queue_size)
+            else ProfileSpanProcessor(exporter, drops, batching, profile_queue_size)
         )
         tracer_provider.add_span_processor(processors[-1])
     readers = list(metric_readers)

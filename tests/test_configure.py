@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -11,7 +12,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_ort import configure, flush_profiles, semconv
 from otel_ort.demo_model import mlp_model
-from otel_ort.pipeline import DropCounter, RequestSpanProcessor
+from otel_ort.instrumentation import wait_for_profiles
+from otel_ort.pipeline import DropCounter, RequestSpanProcessor, Telemetry
 from tests.conftest import instrumentation, run_threads
 from tests.otlp_receiver import OtlpReceiver, free_port
 from tests.test_otlp_export import attributes_of
@@ -111,24 +113,80 @@ def test_a_metrics_endpoint_that_is_down_does_not_drop_spans(
         telemetry.shutdown()
 
 
-def test_shutdown_returns_within_its_timeout_from_a_collector_that_never_answers(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "20")  # each export would wait 20 s
-    with socket.socket() as silent:  # takes connections (the kernel's backlog), never answers
+@contextlib.contextmanager
+def _one_profiled_run(endpoint: str, protocol: str, profile_dir: Path) -> Iterator[Telemetry]:
+    """A pipeline to ``endpoint`` holding the spans of one run and one profiled run, none sent
+    yet (the export thread waits 5 s); shut down before profiling is uninstrumented."""
+    telemetry = configure(endpoint=endpoint, protocol=protocol, set_global=False)
+    providers = {
+        "tracer_provider": telemetry.tracer_provider,
+        "meter_provider": telemetry.meter_provider,
+    }
+    with instrumentation(**providers, profile_sampler="always", profile_dir=profile_dir):
+        session = ort.InferenceSession(mlp_model(32, 3), providers=["CPUExecutionProvider"])
+        session.run(None, FEEDS)  # builds and primes the twin
+        assert wait_for_profiles(30)
+        session.run(None, FEEDS)  # profiled
+        assert wait_for_profiles(30)
+        try:
+            yield telemetry
+        finally:
+            telemetry.shutdown(timeout=1)
+
+
+@contextlib.contextmanager
+def _silent_collector() -> Iterator[str]:
+    """An endpoint that takes connections (the kernel's backlog) and never answers."""
+    with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
-        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
-        telemetry = configure(endpoint=endpoint, protocol="http/protobuf", set_global=False)
-        telemetry.tracer_provider.get_tracer("t").start_span("request").end()
+        yield f"http://127.0.0.1:{silent.getsockname()[1]}"
+
+
+def test_shutdown_returns_within_its_timeout_from_a_collector_that_never_answers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "20")  # each export would wait 20 s
+    with (
+        _silent_collector() as endpoint,
+        _one_profiled_run(endpoint, "http/protobuf", tmp_path / "p") as telemetry,
+    ):
         started = time.monotonic()
         telemetry.shutdown(timeout=1)
         took = time.monotonic() - started
-    assert took < 10, f"shutdown(timeout=1) took {took:.1f} s"
-    assert telemetry.dropped() == {"requests.shutdown_timeout": 1}
+    assert took < 5, f"shutdown(timeout=1) took {took:.1f} s"
+    assert set(telemetry.dropped()) == {"requests.shutdown_timeout", "profiles.shutdown_timeout"}
 
 
-def test_a_bad_batch_size_variable_falls_back_to_the_sdk_default(
+def test_flush_profiles_returns_within_its_timeout_from_a_collector_that_never_answers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The SDK's force_flush ignores its timeout: it exports every queued span."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "20")
+    with _silent_collector() as endpoint, _one_profiled_run(endpoint, "grpc", tmp_path / "p"):
+        started = time.monotonic()
+        assert not flush_profiles(timeout=1)
+        took = time.monotonic() - started
+    assert took < 5, f"flush_profiles(timeout=1) took {took:.1f} s"
+
+
+def test_at_shutdown_exporters_wait_for_a_dead_collector_together_not_in_turn(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Request spans, profile spans and the last metrics each have an exporter: in turn, each
+    would retry the closed port for about 3 s; the metrics exporter skips a target the span
+    exporters found down."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "4")  # retries at about 0, 1 and 3 s
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    with _one_profiled_run(endpoint, "grpc", tmp_path / "p") as telemetry:
+        started = time.monotonic()
+        telemetry.shutdown()
+        took = time.monotonic() - started
+    assert took < 5, f"shutdown took {took:.1f} s"
+    assert set(telemetry.dropped()) == {"requests.export_failed", "profiles.export_failed"}
+
+
+def test_a_batch_variable_that_is_not_a_number_falls_back_to_the_sdk_default(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "abc")
@@ -136,7 +194,54 @@ def test_a_bad_batch_size_variable_falls_back_to_the_sdk_default(
         telemetry = configure(endpoint=f"http://127.0.0.1:{free_port()}", set_global=False)
     telemetry.endpoints[0].give_up()
     telemetry.shutdown(timeout=1)
-    assert "OTEL_BSP_MAX_EXPORT_BATCH_SIZE='abc' is not a whole number >= 1" in caplog.text
+    expected = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE='abc' is not a whole number: using the SDK's default"
+    assert expected in caplog.text
+    assert all(p._batch_processor._max_export_batch_size == 512 for p in telemetry.processors)
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"OTEL_BSP_MAX_QUEUE_SIZE": "0"}, r"OTEL_BSP_MAX_QUEUE_SIZE='0' must be at least 1"),
+        ({"OTEL_BSP_SCHEDULE_DELAY": "-5"}, r"OTEL_BSP_SCHEDULE_DELAY='-5' must be at least 1"),
+        (
+            {"OTEL_BSP_MAX_QUEUE_SIZE": "100"},  # the batch keeps the SDK's default, 512
+            r"OTEL_BSP_MAX_EXPORT_BATCH_SIZE=512 is more than OTEL_BSP_MAX_QUEUE_SIZE=100",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_TIMEOUT": "10s"},
+            r"OTEL_EXPORTER_OTLP_TIMEOUT='10s' is not a number of seconds above 0",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "0"},
+            r"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT='0' is not a number of seconds above 0",
+        ),
+    ],
+    ids=["queue", "delay", "batch-over-queue", "timeout-unit", "traces-timeout"],
+)
+def test_a_bad_pipeline_variable_is_named_before_any_exporter_thread_starts(
+    variables: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's own errors for these name no variable (or, for a gRPC timeout, only say
+    that a string is not a float)."""
+    for variable, value in variables.items():
+        monkeypatch.setenv(variable, value)
+    before = threading.active_count()
+    with pytest.raises(ValueError, match=message):
+        configure(endpoint=f"http://127.0.0.1:{free_port()}", set_global=False)
+    assert threading.active_count() == before
+
+
+def test_a_timeout_variable_written_in_milliseconds_is_warned_about(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "5000")  # meant: 5 s, as the spec says
+    with caplog.at_level(logging.WARNING, logger="otel_ort"):
+        telemetry = configure(endpoint=f"http://127.0.0.1:{free_port()}", set_global=False)
+    for endpoint in telemetry.endpoints:
+        endpoint.give_up(target_down=True)
+    telemetry.shutdown(timeout=1)
+    assert "OTEL_EXPORTER_OTLP_TIMEOUT=5000 is read as 5000 seconds" in caplog.text
 
 
 def test_a_bad_metrics_protocol_fails_before_any_exporter_thread_starts(

@@ -318,11 +318,19 @@ def test_profile_mode_off_and_a_bad_profile_dir(
     assert not OrtInstrumentor().is_instrumented_by_opentelemetry
 
 
-def new_threads(before: set[str]) -> int:
-    """Threads (Python's and ORT's native ones) of this process that were not in ``before``,
-    but gRPC's: its timer and executor threads (of the OTLP exporters earlier tests used)
-    come and go on their own."""
-    return sum(1 for tid in set(os.listdir("/proc/self/task")) - before if not _grpc(tid))
+def assert_new_threads(before: set[str], expected: int) -> None:
+    """This process has ``expected`` threads (Python's and ORT's native ones) not in
+    ``before``, leaving out gRPC's: its timer and executor threads (of the OTLP exporters
+    earlier tests used) come and go on their own. Waits up to 2 s: a thread that was joined
+    may still be leaving the kernel's list (``flush_profiles`` flushes in threads of its
+    own)."""
+    deadline = time.monotonic() + 2
+    while True:
+        count = sum(1 for tid in set(os.listdir("/proc/self/task")) - before if not _grpc(tid))
+        if count == expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    assert count == expected, f"{count} new threads, expected {expected}"
 
 
 def _grpc(tid: str) -> bool:
@@ -343,21 +351,21 @@ def test_twins_close_with_their_session_and_at_uninstrument(
         options = ort.SessionOptions()
         options.intra_op_num_threads = 3  # the twin copies it: two pool threads each
         session = ort.InferenceSession(mlp_path, options, providers=CPU)
-        assert new_threads(before) == 2
+        assert_new_threads(before, 2)
         ready(session, X)
-        assert new_threads(before) == 2 + 2 + 1  # the twin's pool and the worker
+        assert_new_threads(before, 2 + 2 + 1)  # the twin's pool and the worker
         del session
         gc.collect()
         assert flush_profiles(timeout=60)
-        assert new_threads(before) == 1  # the worker only
+        assert_new_threads(before, 1)  # the worker only
         kept = ort.InferenceSession(mlp_path, options, providers=CPU)
         ready(kept, X)
-    assert new_threads(before) == 2  # kept's own pool; twin and worker are gone
+    assert_new_threads(before, 2)  # kept's own pool; twin and worker are gone
     gc.collect()
     assert len(os.listdir("/proc/self/fd")) == fds  # the profile store's lock too: kept
     del kept  # does not keep the uninstrumented profiler alive
     gc.collect()
-    assert new_threads(before) == 0
+    assert_new_threads(before, 0)
     assert len(os.listdir("/proc/self/fd")) == fds
 
 

@@ -17,7 +17,6 @@ provider flushed), and abandoned in a forked child, where the worker starts afre
 from __future__ import annotations
 
 import atexit
-import contextlib
 import inspect
 import logging
 import threading
@@ -38,6 +37,7 @@ from opentelemetry.metrics import MeterProvider, get_meter
 from opentelemetry.trace import Span, format_span_id, format_trace_id
 
 from otel_ort import semconv
+from otel_ort.bounded import call_within
 from otel_ort.capi import (
     CApi,
     CSession,
@@ -47,7 +47,7 @@ from otel_ort.capi import (
     UnsupportedValue,
     load_api,
 )
-from otel_ort.delivery import NotSdkTracerProvider, SpanDelivery
+from otel_ort.delivery import NotSdkTracerProvider, SpanDelivery, flushes
 from otel_ort.failures import report_failure
 from otel_ort.forking import after_fork_in_child
 from otel_ort.options import ProfilingOptions
@@ -660,23 +660,26 @@ class Profiler:
         """The tracer provider now (the global one may be set after ``instrument()``)."""
         return self._tracer_provider or trace.get_tracer_provider()
 
-    def _flush_provider(self, deadline: float | None) -> None:
-        """Flush the tracer provider, giving up at ``deadline`` (``time.monotonic()``) if its
-        ``force_flush`` takes ``timeout_millis`` as the SDK's does."""
-        flush = getattr(self._provider(), "force_flush", None)
-        if callable(flush):
-            with contextlib.suppress(Exception):
-                if deadline is None or not _takes(flush, "timeout_millis"):
-                    flush()
-                else:
-                    flush(timeout_millis=int(_left(deadline) * 1000))
+    def _flush_provider(self, deadline: float | None) -> bool:
+        """Flush the tracer provider's span processors together, waiting for them until
+        ``deadline`` (``time.monotonic()``; ``None``: no limit); ``False`` if one had not
+        finished by then. (The SDK's flush exports every queued span whatever
+        ``timeout_millis`` says; one still running at the deadline goes on in the background.)"""
+        timeout = None if deadline is None else _left(deadline)
+        calls = [
+            partial(flush, timeout_millis=int(timeout * 1000))
+            if timeout is not None and _takes(flush, "timeout_millis")
+            else flush
+            for flush in flushes(self._provider())
+        ]
+        return call_within(calls, timeout, "a span processor's force_flush")
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait for pending twin builds and conversions, then flush the tracer provider."""
+        """Wait for pending twin builds and conversions, then flush the tracer provider;
+        ``False`` if that took more than ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         done = self.worker.drain(timeout)
-        self._flush_provider(deadline)
-        return done
+        return self._flush_provider(deadline) and done
 
     def shutdown(self, timeout: float = _SHUTDOWN_TIMEOUT_S) -> None:
         """Convert what is pending, flush spans, close every twin, stop the worker thread:
@@ -694,7 +697,12 @@ class Profiler:
                 self.worker.unfinished,
                 timeout,
             )
-        self._flush_provider(deadline)
+        if not self._flush_provider(deadline):
+            _logger.warning(
+                "otel-ort: the tracer provider's flush had not finished at shutdown after %g "
+                "s; the spans it was still exporting are left to the provider's own shutdown",
+                timeout,
+            )
         running = [twin for twin in list(self._twins) if not twin.close(_left(deadline))]
         if running:
             _logger.warning(

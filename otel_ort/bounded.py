@@ -1,0 +1,40 @@
+"""Calls that must return within a time limit though what they call does not take one (the
+SDK's ``force_flush`` exports every queued span, however long the collector takes)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+_logger = logging.getLogger("otel_ort")
+
+
+def call_within(calls: Sequence[Callable[[], object]], timeout: float | None, what: str) -> bool:
+    """Start ``calls`` together, each in a daemon thread, and wait for them up to ``timeout``
+    seconds (``None``: as long as they take); ``True`` if all returned. One still running
+    goes on in the background (a daemon thread does not hold the interpreter's exit). An
+    exception is logged, naming ``what``. Where no thread can be started (Python 3.12 at
+    interpreter exit), each runs here in turn."""
+
+    def guarded(call: Callable[[], object]) -> None:
+        try:
+            call()
+        except Exception as exc:
+            _logger.warning("otel-ort: %s raised %r", what, exc)
+
+    threads = []
+    for call in calls:
+        thread = threading.Thread(target=guarded, args=(call,), name="otel-ort-" + what)
+        thread.daemon = True
+        try:
+            thread.start()
+        except RuntimeError:  # "can't create new thread at interpreter shutdown"
+            guarded(call)
+            continue
+        threads.append(thread)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for thread in threads:
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    return not any(thread.is_alive() for thread in threads)
