@@ -78,7 +78,7 @@ def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | N
         provider.add_span_processor(BatchSpanProcessor(exporter))
     builder = SpanBuilder(provider, options.max_node_spans)
     delivery = SpanDelivery(provider)
-    failed = traces = all_dropped = 0
+    failed = traces = spans = 0
     for number, path in enumerate(paths, start=1):
         prefix = f"[{number}/{len(paths)}] {printable(path)}"
         try:
@@ -87,9 +87,8 @@ def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | N
             print(f"{prefix}: skipped: {exc.problem}", file=sys.stderr)
             failed += 1
             continue
-        dropped = _send(profile, builder, delivery, prefix, out)
+        spans += _send(profile, builder, delivery, prefix, out)
         traces += len(profile.runs)
-        all_dropped += dropped
     provider.shutdown()
     if memory is not None and memory.get_finished_spans():
         print(render_span_tree(memory.get_finished_spans()), file=out)
@@ -103,7 +102,7 @@ def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | N
     elif file is not None:
         print(f"spans written to {options.output}", file=out)
     if otlp is not None and options.otlp_endpoint:
-        summary, lost = delivery_report(otlp, options.otlp_endpoint, traces, all_dropped)
+        summary, lost = delivery_report(otlp, options.otlp_endpoint, traces, spans)
         print(summary, file=out)
         if lost:
             print(f"otel-ort convert: {lost}", file=sys.stderr)
@@ -115,8 +114,8 @@ def _send(
     profile: Profile, builder: SpanBuilder, delivery: SpanDelivery, prefix: str, out: TextIO
 ) -> int:
     """Deliver the span trees of ``profile``'s runs (with the perf counts of a file otel-ort
-    kept) and say what was sent; the spans dropped."""
-    nodes = dropped = not_emitted = kernels_not_emitted = linked = 0
+    kept) and say what was sent; how many spans were handed to the span processors."""
+    nodes = dropped = handed = not_emitted = kernels_not_emitted = linked = 0
     found = counters(profile.events)
     ids = run_ids(profile.events, profile.runs, other_data(profile.path))
     for run, (trace_id, span_id) in zip(profile.runs, ids, strict=True):
@@ -128,6 +127,7 @@ def _send(
         linked += link is not None
         spans = builder.run_tree(profile, run, node_extra=counts, link=link)
         dropped += delivery.deliver(spans)
+        handed += len(spans)
         nodes += len(run.nodes)
         summary = spans[-1].attributes or {}  # run_tree puts the run span last
         not_emitted += _count(summary, semconv.RUN_NODES_NOT_EMITTED)
@@ -154,7 +154,7 @@ def _send(
         f"({'; '.join(notes)})",
         file=out,
     )
-    return dropped
+    return handed
 
 
 def _count(attributes: Mapping[str, AttributeValue], key: str) -> int:

@@ -41,9 +41,9 @@ class SpanDelivery:
         return _each_processor(self._active)
 
     def deliver(self, spans: Iterable[ReadableSpan]) -> int:
-        """Give every span to every processor; return how many span deliveries were dropped."""
+        """Give every span to every processor; return how many spans a processor dropped."""
         spans = list(spans)
-        dropped = 0
+        dropped: set[int] = set()  # indices: a span two processors dropped is one span lost
         for processor in self._processors():
             if not getattr(processor, "takes_profile_spans", True):
                 continue
@@ -55,17 +55,16 @@ class SpanDelivery:
                     processor.on_end(span)
                 continue
             room = capacity - max(capacity // 8, 1)  # the rest: for other threads' spans
-            for span in spans:
-                if getattr(batch, "_shutdown", False):  # it would ignore the span
-                    dropped += 1
-                    continue
-                if len(queue) > room:
+            for index, span in enumerate(spans):
+                if len(queue) > room and not getattr(batch, "_shutdown", False):
                     processor.force_flush()  # exports what is queued, in this thread
                     if len(queue) >= capacity:
-                        dropped += 1
+                        dropped.add(index)
                         continue
+                if getattr(batch, "_shutdown", False):
+                    dropped.add(index)  # it ignores the span (and counts it, if it is ours)
                 processor.on_end(span)
-        return dropped
+        return len(dropped)
 
 
 def flushes(tracer_provider: object) -> list[Callable[..., object]]:

@@ -49,6 +49,7 @@ from otel_ort import semconv
 from otel_ort.bounded import call_within
 from otel_ort.forking import after_fork_in_child, renew_locks_in_child
 from otel_ort.spans import PROFILE_SCOPE_NAME
+from otel_ort.tables import plural
 from otel_ort.version import __version__
 
 _logger = logging.getLogger("otel_ort")
@@ -236,19 +237,22 @@ class CountingSpanExporter(SpanExporter):
 
 
 def delivery_report(
-    exporter: CountingSpanExporter, endpoint: str, traces: int, dropped: int
+    exporter: CountingSpanExporter, endpoint: str, traces: int, spans: int
 ) -> tuple[str, str]:
-    """After the provider's shutdown: a line on what reached ``endpoint``, and what was lost
-    (``""`` if nothing), for the CLI commands that replay profiles over OTLP."""
-    sent, lost = exporter.sent, exporter.failed + dropped
+    """After the provider's shutdown: a line on what reached ``endpoint`` of the ``spans``
+    handed to the provider, and what was lost (``""`` if nothing), for the CLI commands that
+    replay profiles over OTLP. Spans neither sent nor failed were dropped, or still queued or
+    in an export when the shutdown's timeout ran out."""
+    sent, failed = exporter.sent, exporter.failed
     summary = (
-        f"OTLP: {sent} spans of {traces} traces sent to {endpoint}; {dropped} dropped before "
-        f"export, {exporter.failed} failed to send"
+        f"OTLP: {sent} of {plural(spans, 'span')} ({plural(traces, 'trace')}) sent to "
+        f"{endpoint}; {failed} failed to send, {max(0, spans - sent - failed)} dropped or not "
+        "sent before the shutdown's timeout"
     )
-    if not lost:
+    if sent >= spans:
         return summary, ""
     return summary, (
-        f"{lost} of {sent + lost} spans did not reach {endpoint}: check the endpoint and "
+        f"{spans - sent} of {spans} spans did not reach {endpoint}: check the endpoint and "
         "--protocol (the exporter's messages above say why)"
     )
 
@@ -372,9 +376,15 @@ class ProfileSpanProcessor(_CountingBatchProcessor):
         )
 
     def on_end(self, span: ReadableSpan) -> None:
+        """Queue a profile span (others are the request processor's); after shutdown, count it
+        dropped (``SpanDelivery`` hands spans here with back-pressure: the queue is not full)."""
         scope = span.instrumentation_scope
-        if scope is not None and scope.name == PROFILE_SCOPE_NAME:
-            super().on_end(span)
+        if scope is None or scope.name != PROFILE_SCOPE_NAME:
+            return
+        if self._batch_processor._shutdown:
+            self._drops.add("profiles", "already_shutdown", 1, "the pipeline was shut down")
+            return
+        super().on_end(span)
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ from otel_ort.profiling.store import (
 )
 from otel_ort.spans import SpanBuilder
 from otel_ort.summary import summarize
-from otel_ort.tables import printable
+from otel_ort.tables import plural, printable
 from otel_ort.version import __version__
 
 DEFAULT_PROFILE_DIR = "otel-ort-profiles"
@@ -141,7 +141,7 @@ def _profile(request: ProfileRequest, out: TextIO, err: TextIO) -> None:
         for line in lines:  # input names are the model's
             print(printable(line), file=out)
         print(
-            f"{_plural(request.warmup, 'warm-up run')}, {_plural(request.runs, 'profiled run')}",
+            f"{plural(request.warmup, 'warm-up run')}, {plural(request.runs, 'profiled run')}",
             file=out,
         )
         made_up = bool(feeds.keys() - arrays.keys())
@@ -179,7 +179,7 @@ def _print_results(
     for number, profile in enumerate(profiles, start=1):
         if half < number <= half + hidden:
             if number == half + 1:
-                print(f"  ... {_plural(hidden, 'more run')}", file=out)
+                print(f"  ... {plural(hidden, 'more run')}", file=out)
             continue
         where = profile.path
         if not os.path.exists(where):
@@ -367,7 +367,7 @@ def _run(
             runs.pop()  # the one in flight (it may have ended in the middle)
         if not runs:
             raise
-        print(f"\ninterrupted: keeping the {_plural(len(runs), 'run')} done", file=err)
+        print(f"\ninterrupted: keeping the {plural(len(runs), 'run')} done", file=err)
         return runs, True
     except (OrtError, UnsupportedValue) as exc:
         for run in runs:
@@ -414,14 +414,15 @@ class _Exporting:
         self.provider.add_span_processor(BatchSpanProcessor(self.exporter))
         self.builder = SpanBuilder(self.provider)
         self.delivery = SpanDelivery(self.provider)
-        self.traces = self.dropped = 0
+        self.traces = self.spans = 0
 
     def send(self, profile: Profile, counts: ProfileCounts | None) -> SpanContext:
         """Queue the span tree of the profile's run (with its perf counts); the run span's
         context."""
         run, nodes = (counts.run, counts.nodes) if counts is not None else (None, ())
         spans = self.builder.run_tree(profile, profile.runs[0], run_extra=run, node_extra=nodes)
-        self.dropped += self.delivery.deliver(spans)
+        self.delivery.deliver(spans)  # what a processor drops, the report counts as lost
+        self.spans += len(spans)
         self.traces += 1
         context = spans[-1].get_span_context()
         assert context is not None  # the builder gives every span one
@@ -429,9 +430,9 @@ class _Exporting:
 
     def close(self, out: TextIO) -> None:
         """Flush and shut down, report what was sent; ``UserError`` if spans were lost."""
-        print(f"\nsending {_plural(self.traces, 'trace')} to {self.endpoint} ...", file=out)
+        print(f"\nsending {plural(self.traces, 'trace')} to {self.endpoint} ...", file=out)
         self.provider.shutdown()
-        summary, lost = delivery_report(self.exporter, self.endpoint, self.traces, self.dropped)
+        summary, lost = delivery_report(self.exporter, self.endpoint, self.traces, self.spans)
         print(f"\n{summary}", file=out)
         if lost:
             raise UserError(lost)
@@ -489,7 +490,3 @@ def _keep(
             "space there or choose another --profile-dir"
         ) from None
     return profile
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -60,3 +60,8 @@ def _width(text: str) -> int:
         else 1
         for char in text
     )
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 trace``, ``2 traces``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -22,12 +22,27 @@ from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_ort import configure, flush_profiles, semconv
+from otel_ort.delivery import SpanDelivery
 from otel_ort.demo_model import mlp_model
 from otel_ort.instrumentation import wait_for_profiles
-from otel_ort.pipeline import DropCounter, RequestSpanProcessor, Telemetry
+from otel_ort.pipeline import (
+    CountingSpanExporter,
+    DropCounter,
+    Endpoint,
+    RequestSpanProcessor,
+    Telemetry,
+    delivery_report,
+)
+from otel_ort.spans import PROFILE_SCOPE_NAME
 from tests.conftest import instrumentation, run_threads
 from tests.otlp_receiver import OtlpReceiver, free_port
 from tests.test_otlp_export import attributes_of
@@ -350,6 +365,45 @@ def _request_pipeline(exporter: SpanExporter) -> tuple[TracerProvider, DropCount
     provider = TracerProvider()
     provider.add_span_processor(RequestSpanProcessor(exporter, drops))
     return provider, drops
+
+
+def test_the_otlp_report_counts_spans_a_shutdown_left_unsent_as_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CLI's replays: a collector that stopped reading holds an export past the shutdown's
+    timeout; its spans were neither sent nor failed, and did not arrive."""
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4")
+    held = _CountingExporter(held=True)
+    exporter = CountingSpanExporter(held, Endpoint("http://collector:4317"))
+    processor = BatchSpanProcessor(exporter)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    for _ in range(10):
+        provider.get_tracer("t").start_span("run").end()
+    processor._batch_processor.shutdown(timeout_millis=200)
+    summary, lost = delivery_report(exporter, "http://collector:4317", traces=10, spans=10)
+    held.release.set()
+    assert "0 of 10 spans (10 traces) sent" in summary
+    assert "0 failed to send, 10 dropped or not sent before the shutdown's timeout" in summary
+    assert lost.startswith("10 of 10 spans did not reach http://collector:4317")
+
+
+def test_profile_spans_handed_over_after_shutdown_are_counted_once_each() -> None:
+    """Two processors that are shut down drop the same span: one span lost, and the pipeline's
+    drop metric counts it."""
+    telemetry = configure(endpoint=f"http://127.0.0.1:{free_port()}", set_global=False)
+    telemetry.tracer_provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+    for endpoint in telemetry.endpoints:
+        endpoint.give_up(target_down=True)
+    telemetry.shutdown(timeout=1)
+    finished = InMemorySpanExporter()
+    builder = TracerProvider()
+    builder.add_span_processor(SimpleSpanProcessor(finished))
+    for _ in range(3):
+        builder.get_tracer(PROFILE_SCOPE_NAME).start_span("node").end()
+    dropped = SpanDelivery(telemetry.tracer_provider).deliver(finished.get_finished_spans())
+    assert dropped == 3
+    assert telemetry.dropped() == {"profiles.already_shutdown": 3}
 
 
 def test_a_full_request_queue_counts_every_dropped_span(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -339,7 +339,7 @@ def test_runs_sent_over_otlp_one_trace_each(
         received = receiver.wait_for_spans(6)
     assert code == 0
     out = capsys.readouterr().out
-    assert f"OTLP: 6 spans of 2 traces sent to {receiver.grpc_endpoint}; 0 dropped" in out
+    assert f"OTLP: 6 of 6 spans (2 traces) sent to {receiver.grpc_endpoint}; 0 failed" in out
     spans = [span for _, span in received]
     runs = {span.span_id: span for span in spans if span.name == semconv.SPAN_RUN}
     assert len(runs) == 2 and len({span.trace_id for span in runs.values()}) == 2
@@ -391,7 +391,8 @@ def test_spans_that_do_not_arrive_fail_the_command(
         ])  # fmt: skip
     assert code == 1
     captured = capsys.readouterr()
-    assert "0 dropped before export, 3 failed to send" in captured.out
+    assert "0 of 3 spans (1 trace) sent to" in captured.out
+    assert "3 failed to send, 0 dropped or not sent" in captured.out
     assert f"otel-ort profile: 3 of 3 spans did not reach {endpoint}" in captured.err
     assert len(kept_files(tmp_path / "p")) == 1
 
