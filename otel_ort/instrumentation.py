@@ -34,6 +34,7 @@ class OrtInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """
 
     _profiler: Any = None
+    _telemetry: Any = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -62,7 +63,7 @@ class OrtInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             profiler = Profiler(options.profiling, options.tracer_provider, options.meter_provider)
             install_recorders(collection.C)
         self._profiler = profiler
-        telemetry = RunTelemetry(options, profiler)
+        telemetry = self._telemetry = RunTelemetry(options, profiler)
         wrap_function_wrapper(_SESSION_MODULE, "InferenceSession.__init__", telemetry.init_wrapper)
         wrappers = {method: telemetry.run_wrapper(method) for method in RUN_METHODS}
         wrappers["run_async"] = telemetry.run_async_wrapper
@@ -76,6 +77,8 @@ class OrtInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         unwrap(collection.InferenceSession, "__init__")
         for method in (*RUN_METHODS, "run_async"):
             unwrap(collection.Session, method)
+        self._telemetry.inert = True  # for bound methods taken while instrumented
+        self._telemetry = None
         if self._profiler is not None:
             self._profiler.shutdown()  # first: twin runs in flight still follow terminate
             uninstall_recorders()

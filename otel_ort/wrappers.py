@@ -113,7 +113,8 @@ class RunTelemetry:
         self.inert = isinstance(self._tracer, NoOpTracer) and isinstance(
             self._duration, NoOpHistogram
         )
-        """No-op tracer and meter providers: nothing to record, so the wrappers only delegate."""
+        """No-op tracer and meter providers, or uninstrumented (a bound ``session.run`` taken
+        before keeps its wrapper): nothing to record, so the wrappers only delegate."""
 
     def run_wrapper(self, method: str) -> Wrapper:
         """The wrapper of one synchronous run method (a key of ``RUN_METHODS``)."""

@@ -306,10 +306,14 @@ def test_instrument_uninstrument_instrument(telemetry: Telemetry, mlp_path: Path
     providers = telemetry.providers
     instrumentor.instrument(**providers)
     session.run(None, {"x": X})
+    bound_run = session.run  # a bound method taken while instrumented keeps its wrapper
     instrumentor.uninstrument()
     assert not hasattr(collection.Session.run, "__wrapped__")
     session.run(None, {"x": X})
+    bound_run(None, {"x": X})
     assert len(telemetry.spans(semconv.SPAN_RUN)) == 1  # nothing after uninstrument
+    (point,) = telemetry.points(semconv.METRIC_RUN_DURATION)
+    assert point.count == 1
 
     instrumentor.instrument(**providers)
     try:
