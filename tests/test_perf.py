@@ -7,6 +7,7 @@ instead: a clear warning, the run still profiled, the other counters complete.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import ctypes
 import gc
 import json
@@ -15,6 +16,7 @@ import math
 import mmap
 import multiprocessing
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -292,6 +294,31 @@ def short_lived_native_thread() -> int:
     while str(tid[0]) in os.listdir("/proc/self/task"):
         time.sleep(0.001)
     return tid[0]
+
+
+def test_a_shortage_of_file_descriptors_does_not_turn_perf_off_for_good() -> None:
+    """EMFILE at the first probe says nothing of the machine: the next ``prepare`` (a twin
+    built later) tries again."""
+    counters = PerfCounters(parse_events(["task-clock"]), 100_000, True)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    spare = os.open(os.devnull, os.O_RDONLY)
+    held = [spare]
+    limit = max(int(fd) for fd in os.listdir("/proc/self/fd")) + 4
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+    try:
+        with contextlib.suppress(OSError):
+            while True:  # every number below the limit taken
+                held.append(os.dup(spare))
+        assert not counters.prepare()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert "no file descriptor left" in counters.unavailable
+    assert "a shortage that may pass" in counters.unavailable
+    assert counters.prepare(), counters.unavailable
+    assert counters.unavailable == ""
+    counters.close()
 
 
 def test_a_thread_that_ended_is_left_out_of_a_pool_without_a_problem() -> None:

@@ -222,6 +222,10 @@ class RunCounts:
     counts are for the moved windows."""
 
 
+_SHORTAGES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.EBUSY})
+"""Errors of perf_event_open (or its ring buffer's mmap) that say nothing of the machine."""
+
+
 class PerfCounters:
     """perf counting for one ``instrument()``."""
 
@@ -232,6 +236,8 @@ class PerfCounters:
         self._plan: probe.Plan | None = None
         self.unavailable = ""
         """Why nothing can be counted here, once known."""
+        self._may_pass = False
+        """``unavailable`` says of a shortage (file descriptors, memory): ``prepare`` retries."""
         self._time_alias = next(
             (spec.alias for spec in selection.events if spec.kind == "time"),
             TIME_ALIAS_DEFAULT,
@@ -246,10 +252,11 @@ class PerfCounters:
     # -- worker ---------------------------------------------------------------------------
 
     def prepare(self, *, quiet: bool = False) -> bool:
-        """Probe the machine (once); whether anything can be counted. Logs once why an event
-        (or perf itself) cannot count: a warning for what the user named, else at INFO
-        (``quiet``: the caller says it, from ``unavailable`` and ``unavailable_events``)."""
-        if self._plan is not None or self.unavailable:
+        """Probe the machine (once; again after a shortage of file descriptors or memory);
+        whether anything can be counted. Logs once why an event (or perf itself) cannot
+        count: a warning for what the user named, else at INFO (``quiet``: the caller says
+        it, from ``unavailable`` and ``unavailable_events``)."""
+        if self._plan is not None or (self.unavailable and not self._may_pass):
             return self._plan is not None
         log = _logger.debug if quiet else _logger.warning if self._explicit else _logger.info
         try:
@@ -257,9 +264,13 @@ class PerfCounters:
                 self._selection.events, self._selection.unavailable, self._period_ns
             )
         except (probe.PerfUnavailable, OSError) as exc:
-            self.unavailable = str(exc)
-            log("otel-ort: perf counters are off: %s", exc)
+            cause = exc.__cause__ if isinstance(exc, probe.PerfUnavailable) else exc
+            self._may_pass = getattr(cause, "errno", None) in _SHORTAGES
+            later = " (a shortage that may pass: tried again for the next twin)"
+            self.unavailable = f"{exc}{later if self._may_pass else ''}"
+            log("otel-ort: perf counters are off: %s", self.unavailable)
             return False
+        self.unavailable = ""
         for line in self.unavailable_events:
             log("otel-ort: perf event not counted: %s", line)
         return True
