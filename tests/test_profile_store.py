@@ -424,5 +424,19 @@ def test_stop_before_the_thread_started_runs_the_job_of_a_reserved_place() -> No
     run.join()
     assert done == ["converted"]
     never = Worker("test-worker", max_pending=10)
-    assert never.reserve()
-    assert not never.stop(timeout=0.1)  # its job never came: said, not hidden
+    holder = threading.Thread(target=never.reserve)
+    holder.start()
+    holder.join()
+    assert not never.stop(timeout=0.1)  # another thread's job never came: said, not hidden
+
+
+def test_stop_does_not_wait_for_places_its_own_thread_reserved() -> None:
+    """At exit the main thread stops the worker: a place it reserved for a profiled run that
+    a KeyboardInterrupt ended before the hand-off will never be used."""
+    worker = Worker("test-worker", max_pending=10)
+    assert worker.submit(lambda: None)  # the thread runs
+    assert worker.reserve()  # then the interrupt: nothing is submitted into it
+    started = time.monotonic()
+    assert worker.stop(timeout=10)
+    assert time.monotonic() - started < 5
+    assert "test-worker" not in {t.name for t in threading.enumerate()}

@@ -7,9 +7,10 @@ is about to exist) ``reserve``s a place first and submits into it, from the same
 ``drain`` waits until everything submitted so far has run, and every place reserved has
 been used or released but those of threads draining themselves (theirs are still on their
 way to the queue, e.g. from ``response_hook``s that flush); ``stop`` drains, then ends the
-thread. The
-thread starts on the first job and is a daemon, so a process that never calls ``stop`` can
-still exit (``atexit`` handlers drain first).
+thread (places the stopping thread reserved are not waited for either: it cannot use them
+while it stops, and at exit, a place left by a run a ``KeyboardInterrupt`` ended is one of
+the main thread's). The thread starts on the first job and is a daemon, so a process that
+never calls ``stop`` can still exit (``atexit`` handlers drain first).
 
 After ``os.fork()`` the child must not inherit the parent's queue (its jobs belong to the
 parent) nor its thread (gone in the child): ``reset_after_fork`` starts afresh.
@@ -44,6 +45,7 @@ class Worker:
         self._reserved_by: dict[int, int] = {}  # thread ident → places it reserved
         self._draining: set[int] = set()  # idents of the threads in drain()
         self._stopping = False
+        self._stopper: int | None = None  # ident of the thread in stop()
         self._thread: threading.Thread | None = None
 
     def reserve(self) -> bool:
@@ -65,6 +67,11 @@ class Worker:
     @property
     def _reserved(self) -> int:
         return sum(self._reserved_by.values())
+
+    @property
+    def _promised(self) -> int:
+        """Reserved places a stopping worker waits for: not those of the thread stopping it."""
+        return self._reserved - self._reserved_by.get(self._stopper or 0, 0)
 
     def _unreserve(self) -> None:
         me = threading.get_ident()
@@ -126,14 +133,15 @@ class Worker:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._condition:
             self._stopping = True
+            self._stopper = threading.get_ident()
             self._condition.notify_all()
             if self._thread is None:  # a job for a reserved place may yet start it
                 self._condition.wait_for(
-                    lambda: self._thread is not None or not self._reserved, timeout
+                    lambda: self._thread is not None or not self._promised, timeout
                 )
             thread = self._thread
         if thread is None:
-            return not self._reserved
+            return not self._promised
         if thread is threading.current_thread():
             return True
         thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
@@ -159,7 +167,7 @@ class Worker:
                 self._busy = False
                 self._condition.notify_all()
                 self._condition.wait_for(
-                    lambda: self._jobs or (self._stopping and not self._reserved)
+                    lambda: self._jobs or (self._stopping and not self._promised)
                 )
                 if not self._jobs:  # stopping, and nothing left or promised
                     self._thread = None
