@@ -11,12 +11,20 @@ from collections.abc import Callable, Sequence
 _logger = logging.getLogger("otel_ort")
 
 
-def call_within(calls: Sequence[Callable[[], object]], timeout: float | None, what: str) -> bool:
+def seconds_left(deadline: float) -> float:
+    """Seconds until ``deadline`` (``time.monotonic()``), at least 0."""
+    return max(0.0, deadline - time.monotonic())
+
+
+def call_within(
+    calls: Sequence[Callable[[], object]], timeout: float | None, what: str, name: str
+) -> bool:
     """Start ``calls`` together, each in a daemon thread, and wait for them up to ``timeout``
     seconds (``None``: as long as they take); ``True`` if all returned. One still running
-    goes on in the background (a daemon thread does not hold the interpreter's exit). An
-    exception is logged, naming ``what``. Where no thread can be started (Python 3.12 at
-    interpreter exit), each runs here in turn."""
+    goes on in the background (a daemon thread, ``name``d, does not hold the interpreter's
+    exit). An exception is logged, naming ``what``. Where no
+    thread can be started (Python 3.12.0-3.12.2 at interpreter exit), each runs here in
+    turn, with no time limit."""
 
     def guarded(call: Callable[[], object]) -> None:
         try:
@@ -26,7 +34,7 @@ def call_within(calls: Sequence[Callable[[], object]], timeout: float | None, wh
 
     threads = []
     for call in calls:
-        thread = threading.Thread(target=guarded, args=(call,), name="otel-ort-" + what)
+        thread = threading.Thread(target=guarded, args=(call,), name=name)
         thread.daemon = True
         try:
             thread.start()

@@ -54,16 +54,18 @@ class SpanDelivery:
                 for span in spans:
                     processor.on_end(span)
                 continue
+            take = getattr(processor, "take_profile_span", None)  # configure()'s: it counts
             room = capacity - max(capacity // 8, 1)  # the rest: for other threads' spans
             for index, span in enumerate(spans):
                 if len(queue) > room and not getattr(batch, "_shutdown", False):
                     processor.force_flush()  # exports what is queued, in this thread
-                    if len(queue) >= capacity:
+                if take is not None:
+                    if not take(span):
                         dropped.add(index)
-                        continue
-                if getattr(batch, "_shutdown", False):
-                    dropped.add(index)  # it ignores the span (and counts it, if it is ours)
-                processor.on_end(span)
+                elif getattr(batch, "_shutdown", False) or len(queue) >= capacity:
+                    dropped.add(index)  # it would ignore the span, or drop the oldest
+                else:
+                    processor.on_end(span)
         return len(dropped)
 
 

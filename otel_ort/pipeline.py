@@ -46,7 +46,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_ort import semconv
-from otel_ort.bounded import call_within
+from otel_ort.bounded import call_within, seconds_left
 from otel_ort.forking import after_fork_in_child, renew_locks_in_child
 from otel_ort.spans import PROFILE_SCOPE_NAME
 from otel_ort.tables import plural
@@ -64,8 +64,9 @@ UNREACHABLE_PAUSE_S = 5.0
 """After a failed export, batches are dropped (counted) without trying for this long."""
 
 _LOG_INTERVAL_S = 60.0
-_COUNTING_S = 1.0
-"""At shutdown, how long past the deadline a span processor may take to count what it left."""
+_GRACE_S = 0.5
+"""At shutdown, how long past the deadline a span processor may take to count what it left,
+and at least what the meter provider gets to stop its readers."""
 _EXPORTERS = {  # module (under ...otlp.proto.grpc / .http) and class of each signal
     "traces": ("trace_exporter", "OTLPSpanExporter"),
     "metrics": ("metric_exporter", "OTLPMetricExporter"),
@@ -227,7 +228,10 @@ class CountingSpanExporter(SpanExporter):
         now (they are not counted again when the export ends)."""
         with self._lock:
             self._abandoned += 1
-            return self._in_flight
+            in_flight = self._in_flight
+        if in_flight:  # a collector that has not answered by then counts as down
+            self._endpoint.answered(False)
+        return in_flight
 
     def shutdown(self) -> None:
         self.inner.shutdown()
@@ -246,14 +250,14 @@ def delivery_report(
     sent, failed = exporter.sent, exporter.failed
     summary = (
         f"OTLP: {sent} of {plural(spans, 'span')} ({plural(traces, 'trace')}) sent to "
-        f"{endpoint}; {failed} failed to send, {max(0, spans - sent - failed)} dropped or not "
-        "sent before the shutdown's timeout"
+        f"{endpoint}; {failed} failed to send, {max(0, spans - sent - failed)} dropped, or "
+        "still unsent when the shutdown timed out"
     )
     if sent >= spans:
         return summary, ""
     return summary, (
         f"{spans - sent} of {spans} spans did not reach {endpoint}: check the endpoint and "
-        "--protocol (the exporter's messages above say why)"
+        "--protocol, and that it answers (the exporter's messages above say why)"
     )
 
 
@@ -283,29 +287,61 @@ class _EndpointMetricExporter(MetricExporter):
 
 
 class _CountingBatchProcessor(BatchSpanProcessor):
-    """The SDK's batch processor, counting the spans its shutdown leaves unexported."""
+    """The SDK's batch processor, counting every span it drops: those a full queue or its
+    shutdown refuses, and those its shutdown's timeout leaves unexported. A full queue drops
+    the new span, not the oldest (so the SDK neither warns nor counts it in its own metrics;
+    ``DropCounter`` does)."""
 
     stream = ""
+    queue_fix = ""
+    """How to make the queue bigger, for the drop message."""
 
     def __init__(self, exporter: SpanExporter, drops: DropCounter, **kwargs: Any) -> None:
         super().__init__(exporter, **kwargs)
         self._drops = drops
+        self._adding = threading.Lock()
+        self._closed = False  # set under ``_adding``, before the SDK's own flag
+        renew_locks_in_child(self, "_adding")
+
+    def _queue(self, span: ReadableSpan) -> bool:
+        """Queue ``span``, or count it dropped; whether it was queued.
+
+        Spans are added under a lock and the SDK's export thread only takes from the queue,
+        so a queue found full stays full until the add: each count is a span really dropped.
+        The SDK sets its shutdown flag without a lock: ``_closed``, set under this one, keeps
+        a span from being added between its check and the add, and lost uncounted.
+        """
+        batch = self._batch_processor
+        with self._adding:
+            if self._closed:
+                reason, why = "already_shutdown", "the pipeline was shut down"
+            elif len(batch._queue) >= batch._max_queue_size:
+                reason, why = "queue_full", f"the export queue was full ({self.queue_fix})"
+            else:
+                super().on_end(span)
+                return True
+        self._drops.add(self.stream, reason, 1, why)  # not under the lock: it may log
+        return False
 
     def shutdown(self, timeout_millis: int = 30_000) -> None:
+        """Stop taking spans, export those queued, count those the timeout left in the queue
+        or in an export."""
+        with self._adding:
+            if self._closed:  # the provider's own shutdown, after Telemetry.shutdown's
+                return
+            self._closed = True
         batch = self._batch_processor
-        if batch._shutdown:  # the provider's own shutdown, after Telemetry.shutdown's
-            return
         batch.shutdown(timeout_millis)
         left = len(batch._queue)  # the export thread takes no more after a timeout
         if isinstance(batch._exporter, CountingSpanExporter):
             left += batch._exporter.abandon_in_flight()
         if left:
-            why = f"the export did not finish within the shutdown timeout ({timeout_millis} ms)"
+            why = "the export did not finish by the shutdown's deadline"
             self._drops.add(self.stream, "shutdown_timeout", left, why)
 
 
 class RequestSpanProcessor(_CountingBatchProcessor):
-    """The SDK's batch processor for the tracer's spans, counting those a full queue drops.
+    """The SDK's batch processor for the tracer's spans.
 
     Profile spans never reach it (:class:`otel_ort.delivery.SpanDelivery` skips it), so a
     profile burst cannot fill its queue.
@@ -313,6 +349,7 @@ class RequestSpanProcessor(_CountingBatchProcessor):
 
     takes_profile_spans = False
     stream = "requests"
+    queue_fix = "raise OTEL_BSP_MAX_QUEUE_SIZE"
 
     def __init__(
         self, exporter: SpanExporter, drops: DropCounter, batching: Batching | None = None
@@ -325,44 +362,17 @@ class RequestSpanProcessor(_CountingBatchProcessor):
             max_export_batch_size=batching.batch_size,
             schedule_delay_millis=batching.delay_ms,
         )
-        self._adding = threading.Lock()
-        self._closed = False  # set under ``_adding``, before the SDK's own flag
-        renew_locks_in_child(self, "_adding")
 
     def on_end(self, span: ReadableSpan) -> None:
-        """Queue ``span``, or count it dropped: a full queue drops the new span, not the oldest
-        (so the SDK neither warns nor counts it in its own metrics; ``DropCounter`` does).
-
-        Spans are added one at a time and the SDK's export thread only takes from the queue,
-        so a queue found full stays full until the add: each count is a span really dropped.
-        """
-        if span.context is None or not span.context.trace_flags.sampled:
-            return
-        batch = self._batch_processor
-        with self._adding:
-            if self._closed:
-                reason, why = "already_shutdown", "the pipeline was shut down"
-            elif len(batch._queue) >= batch._max_queue_size:
-                reason = "queue_full"
-                why = "the export queue was full (raise OTEL_BSP_MAX_QUEUE_SIZE)"
-            else:
-                super().on_end(span)
-                return
-        self._drops.add("requests", reason, 1, why)  # not under the lock: it may log
-
-    def shutdown(self, timeout_millis: int = 30_000) -> None:
-        """Stop taking spans, export those queued, count those the timeout left in the queue.
-        (The SDK sets its flag without a lock: a span added between its check and the add
-        would be lost uncounted.)"""
-        with self._adding:
-            self._closed = True
-        super().shutdown(timeout_millis)
+        if span.context is not None and span.context.trace_flags.sampled:
+            self._queue(span)
 
 
 class ProfileSpanProcessor(_CountingBatchProcessor):
     """A batch processor of its own for profile spans, which the tracer's spans bypass."""
 
     stream = "profiles"
+    queue_fix = "raise configure()'s profile_queue_size"
 
     def __init__(
         self, exporter: SpanExporter, drops: DropCounter, batching: Batching, queue_size: int
@@ -376,15 +386,13 @@ class ProfileSpanProcessor(_CountingBatchProcessor):
         )
 
     def on_end(self, span: ReadableSpan) -> None:
-        """Queue a profile span (others are the request processor's); after shutdown, count it
-        dropped (``SpanDelivery`` hands spans here with back-pressure: the queue is not full)."""
+        self.take_profile_span(span)
+
+    def take_profile_span(self, span: ReadableSpan) -> bool:
+        """Queue a profile span (others are the request processor's), or count it dropped;
+        whether it was queued (``SpanDelivery`` hands spans here with back-pressure)."""
         scope = span.instrumentation_scope
-        if scope is None or scope.name != PROFILE_SCOPE_NAME:
-            return
-        if self._batch_processor._shutdown:
-            self._drops.add("profiles", "already_shutdown", 1, "the pipeline was shut down")
-            return
-        super().on_end(span)
+        return scope is not None and scope.name == PROFILE_SCOPE_NAME and self._queue(span)
 
 
 @dataclass(frozen=True)
@@ -398,17 +406,21 @@ class Batching:
     @classmethod
     def from_environment(cls) -> Batching:
         """What the SDK reads, and what it would refuse without naming the variable, named."""
+        queue, batch = "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
         batching = cls(
-            _whole("OTEL_BSP_MAX_QUEUE_SIZE", 2048),
-            _whole("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512),
-            _whole("OTEL_BSP_SCHEDULE_DELAY", 5000),
+            _whole(queue, 2048), _whole(batch, 512), _whole("OTEL_BSP_SCHEDULE_DELAY", 5000)
         )
         if batching.batch_size > batching.queue_size:
             raise ValueError(
-                f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={batching.batch_size} is more than "
-                f"OTEL_BSP_MAX_QUEUE_SIZE={batching.queue_size}: a batch must fit in the queue"
+                f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={batching.batch_size}{_given(batch)} is more "
+                f"than OTEL_BSP_MAX_QUEUE_SIZE={batching.queue_size}{_given(queue)}: a batch "
+                "must fit in the queue"
             )
         return batching
+
+
+def _given(variable: str) -> str:
+    return "" if os.environ.get(variable, "").strip() else " (the default)"
 
 
 def _whole(variable: str, default: int) -> int:
@@ -430,11 +442,12 @@ def _whole(variable: str, default: int) -> int:
     return number
 
 
-def _check_export_timeouts() -> None:
-    """The OTLP exporters' timeout variables: a ``ValueError`` naming one that is not a number
-    of seconds; a warning where one reads as more than 10 minutes (OpenTelemetry Python reads
-    seconds where the specification says milliseconds)."""
-    for signal in ("", "TRACES_", "METRICS_"):
+def _check_export_timeouts(signals: Sequence[str]) -> None:
+    """The timeout variables of the OTLP exporters made (``signals``: ``TRACES_``,
+    ``METRICS_``): a ``ValueError`` naming one that is not a number of seconds; a warning
+    where one reads as more than 10 minutes (OpenTelemetry Python reads seconds where the
+    specification says milliseconds)."""
+    for signal in ("", *signals) if signals else ():
         variable = f"OTEL_EXPORTER_OTLP_{signal}TIMEOUT"
         value = os.environ.get(variable, "").strip()
         if not value:
@@ -499,12 +512,21 @@ class Telemetry:
         wait_for_profiles(timeout)  # the run spans of profiled runs end in the profile worker
         # together: against a collector that is down each waits out its export's retries;
         # each returns by the deadline, then counts what it left (given a moment for that)
-        shutdowns = [partial(p.shutdown, _millis_left(deadline)) for p in self.processors]
-        call_within(shutdowns, _left(deadline) + _COUNTING_S, "a span processor's shutdown")
+        shutdowns = [partial(_shut_down_by, p, deadline) for p in self.processors]
+        grace = seconds_left(deadline) + _GRACE_S
+        if not call_within(shutdowns, grace, "a span processor's shutdown", "otel-ort-shutdown"):
+            _logger.warning(
+                "otel-ort: a span processor's shutdown had not finished %g s after its "
+                "deadline: what it drops later is counted in %s but not logged",
+                _GRACE_S,
+                semconv.METRIC_SPANS_DROPPED,
+            )
         self._give_up_targets_down()  # the last metric export skips a target spans found down
         self.tracer_provider.shutdown()  # ours are shut down: it waits for processors you added
-        try:
-            self.meter_provider.shutdown(timeout_millis=_millis_left(deadline))
+        try:  # even past the deadline: a reader the SDK gives no time is never stopped
+            self.meter_provider.shutdown(
+                timeout_millis=max(_millis_left(deadline), int(_GRACE_S * 1000))
+            )
         except Exception as exc:  # the SDK raises when a reader's last export did not finish
             _logger.warning("otel-ort: the last metrics were not exported at shutdown: %s", exc)
         self.drops.log()
@@ -516,12 +538,12 @@ class Telemetry:
             endpoint.give_up(endpoint.target in down)
 
 
-def _left(deadline: float) -> float:
-    return max(0.0, deadline - time.monotonic())
+def _shut_down_by(processor: _CountingBatchProcessor, deadline: float) -> None:
+    processor.shutdown(_millis_left(deadline))  # the time left when it starts
 
 
 def _millis_left(deadline: float) -> int:
-    return int(_left(deadline) * 1000)
+    return int(seconds_left(deadline) * 1000)
 
 
 def configure(
@@ -556,7 +578,6 @@ def configure(
         raise ValueError(f"profile_queue_size must be at least 1, got {profile_queue_size}")
     header_dict = _headers(headers)
     batching = Batching.from_environment()
-    _check_export_timeouts()
     if set_global and isinstance(trace.get_tracer_provider(), TracerProvider):
         raise RuntimeError(
             "otel_ort.configure(): an OpenTelemetry SDK tracer provider is already set (by "
@@ -568,6 +589,7 @@ def configure(
     traces_export = _exports("OTEL_TRACES_EXPORTER") if set_global else True
     if metrics_export is None:
         metrics_export = _exports("OTEL_METRICS_EXPORTER") if set_global else True
+    _check_export_timeouts(["TRACES_"] * traces_export + ["METRICS_"] * metrics_export)
     # first: a bad metrics protocol must fail before any exporter thread starts
     metric_protocol = _protocol(protocol, "metrics") if metrics_export else chosen
     resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})

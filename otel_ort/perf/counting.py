@@ -253,9 +253,9 @@ class PerfCounters:
 
     def prepare(self, *, quiet: bool = False) -> bool:
         """Probe the machine (once; again after a shortage of file descriptors or memory);
-        whether anything can be counted. Logs once why an event (or perf itself) cannot
-        count: a warning for what the user named, else at INFO (``quiet``: the caller says
-        it, from ``unavailable`` and ``unavailable_events``)."""
+        whether anything can be counted. Logs why an event (or perf itself) cannot count,
+        once (a shortage, at each try): a warning for what the user named, else at INFO
+        (``quiet``: the caller says it, from ``unavailable`` and ``unavailable_events``)."""
         if self._plan is not None or (self.unavailable and not self._may_pass):
             return self._plan is not None
         log = _logger.debug if quiet else _logger.warning if self._explicit else _logger.info

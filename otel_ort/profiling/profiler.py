@@ -37,7 +37,7 @@ from opentelemetry.metrics import MeterProvider, get_meter
 from opentelemetry.trace import Span, format_span_id, format_trace_id
 
 from otel_ort import semconv
-from otel_ort.bounded import call_within
+from otel_ort.bounded import call_within, seconds_left
 from otel_ort.capi import (
     CApi,
     CSession,
@@ -665,14 +665,14 @@ class Profiler:
         ``deadline`` (``time.monotonic()``; ``None``: no limit); ``False`` if one had not
         finished by then. (The SDK's flush exports every queued span whatever
         ``timeout_millis`` says; one still running at the deadline goes on in the background.)"""
-        timeout = None if deadline is None else _left(deadline)
+        timeout = None if deadline is None else seconds_left(deadline)
         calls = [
             partial(flush, timeout_millis=int(timeout * 1000))
             if timeout is not None and _takes(flush, "timeout_millis")
             else flush
             for flush in flushes(self._provider())
         ]
-        return call_within(calls, timeout, "a span processor's force_flush")
+        return call_within(calls, timeout, "a span processor's force_flush", "otel-ort-flush")
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait for pending twin builds and conversions, then flush the tracer provider;
@@ -703,7 +703,7 @@ class Profiler:
                 "s; the spans it was still exporting are left to the provider's own shutdown",
                 timeout,
             )
-        running = [twin for twin in list(self._twins) if not twin.close(_left(deadline))]
+        running = [twin for twin in list(self._twins) if not twin.close(seconds_left(deadline))]
         if running:
             _logger.warning(
                 "otel-ort: %d twin(s) still had runs in flight at shutdown after %g s; each "
@@ -767,11 +767,6 @@ def _untakeable(output_names: Any, feeds: Any, run_options: Any) -> str:
 def _model_bytes_unchanged() -> str:
     """The model-file check of a session made from bytes: they cannot change."""
     return ""
-
-
-def _left(deadline: float) -> float:
-    """Seconds until ``deadline`` (``time.monotonic()``), at least 0."""
-    return max(0.0, deadline - time.monotonic())
 
 
 def _takes(function: Callable[..., Any], parameter: str) -> bool:
