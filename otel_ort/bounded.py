@@ -22,9 +22,8 @@ def call_within(
     """Start ``calls`` together, each in a daemon thread, and wait for them up to ``timeout``
     seconds (``None``: as long as they take); ``True`` if all returned. One still running
     goes on in the background (a daemon thread, ``name``d, does not hold the interpreter's
-    exit). An exception is logged, naming ``what``. Where no
-    thread can be started (Python 3.12.0-3.12.2 at interpreter exit), each runs here in
-    turn, with no time limit."""
+    exit). An exception is logged, naming ``what``. Where no thread can be started (Python
+    3.12.0-3.12.2 at interpreter exit), each runs here in turn, with no time limit."""
 
     def guarded(call: Callable[[], object]) -> None:
         try:

@@ -495,8 +495,9 @@ class Telemetry:
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Convert pending profiles, flush and stop both providers, log what was dropped, all
-        within ``timeout`` seconds (span processors you added to the provider get the SDK's
-        own 30 s each).
+        within ``timeout`` seconds, plus up to 0.5 s to count what is left and stop the
+        metrics reader (span processors you added to the provider get the SDK's own 30 s
+        each).
 
         Runs at interpreter exit too. An endpoint that is down is not tried again (what is
         still queued is counted as dropped).
