@@ -442,13 +442,12 @@ def _whole(variable: str, default: int) -> int:
     return number
 
 
-def _check_export_timeouts(signals: Sequence[str]) -> None:
-    """The timeout variables of the OTLP exporters made (``signals``: ``TRACES_``,
-    ``METRICS_``): a ``ValueError`` naming one that is not a number of seconds; a warning
-    where one reads as more than 10 minutes (OpenTelemetry Python reads seconds where the
-    specification says milliseconds)."""
-    for signal in ("", *signals) if signals else ():
-        variable = f"OTEL_EXPORTER_OTLP_{signal}TIMEOUT"
+def _check_export_timeouts(traces: bool, metrics: bool) -> None:
+    """The timeout variables of the OTLP exporters made: a ``ValueError`` naming one that is
+    not a number of seconds; a warning where one reads as more than 10 minutes (OpenTelemetry
+    Python reads seconds where the specification says milliseconds)."""
+    made = (("", traces or metrics), ("TRACES_", traces), ("METRICS_", metrics))
+    for variable in (f"OTEL_EXPORTER_OTLP_{signal}TIMEOUT" for signal, is_made in made if is_made):
         value = os.environ.get(variable, "").strip()
         if not value:
             continue
@@ -590,7 +589,7 @@ def configure(
     traces_export = _exports("OTEL_TRACES_EXPORTER") if set_global else True
     if metrics_export is None:
         metrics_export = _exports("OTEL_METRICS_EXPORTER") if set_global else True
-    _check_export_timeouts(["TRACES_"] * traces_export + ["METRICS_"] * metrics_export)
+    _check_export_timeouts(traces_export, metrics_export)
     # first: a bad metrics protocol must fail before any exporter thread starts
     metric_protocol = _protocol(protocol, "metrics") if metrics_export else chosen
     resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
