@@ -2,6 +2,7 @@
 cost through the C API, same process; and the resident memory of a session's twin.
 
     make bench   (or: .venv/bin/python -m bench.profile_overhead [--rounds R] [--calls N])
+    on a GPU machine with onnxruntime-gpu: python -m bench.profile_overhead --cuda
 
 Latency, on an MLP whose profile has a few hundred Node events (ORT's default optimizations
 fuse each MatMul+Add+Relu layer into one FusedGemm node), timed on a request thread that did
@@ -25,7 +26,8 @@ call, outside the timer; "worker busy" does not, so conversions run during the t
 with few cores, compete with them for CPU.
 
 Memory: the resident set (VmRSS) before and after the twin of a bigger model is built, next to
-the model's weight bytes and to what the user's own InferenceSession added.
+the model's weight bytes and to what the user's own InferenceSession added; with ``--cuda``,
+the GPU's memory in use too (nvidia-smi: every process on GPU 0, so run nothing else there).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import itertools
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -67,6 +70,8 @@ OURS_PLAIN, OURS_PROFILED = "otel-ort", "otel-ort profiled"
 VARIANTS = ("worker idle", "worker busy")
 MODES = ("twin", "serve")
 MIB = 1024 * 1024
+CPU = ["CPUExecutionProvider"]
+CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 
 
 def rss() -> int:
@@ -76,6 +81,12 @@ def rss() -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def gpu_used() -> int:
+    """GPU 0's memory in use, by every process, in bytes (nvidia-smi)."""
+    query = ["nvidia-smi", "-i", "0", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+    return int(subprocess.run(query, capture_output=True, text=True, check=True).stdout) * MIB
 
 
 def timed(
@@ -122,7 +133,7 @@ def measure_latency(args: argparse.Namespace, workdir: Path, reader: InMemoryMet
     feeds = {"x": np.random.default_rng(0).standard_normal((args.batch, args.width), np.float32)}
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
-    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(model, options, providers=CUDA if args.cuda else CPU)
     c_session = CSession(twin_config(session))  # the twin's own configuration
     c_idle = CSession(twin_config(session))  # runs C_IDLE only, as the twin runs profiled runs
     c_dir = workdir / "c-api"
@@ -183,32 +194,41 @@ def measure_latency(args: argparse.Namespace, workdir: Path, reader: InMemoryMet
         c_idle.close()
 
 
-def measure_memory(workdir: Path, width: int, depth: int) -> list[tuple[str, str, str]]:
-    """Rows: what was added to the resident set, in MiB and relative to the weights."""
+def measure_memory(workdir: Path, width: int, depth: int, cuda: bool) -> list[tuple[str, ...]]:
+    """Rows: what was added to the resident set (and the GPU's memory), in MiB and relative to
+    the weights."""
     model = write_model(workdir, width, depth)
     weights = depth * (width * width + width) * 4
     feeds = {"x": np.ones((8, width), np.float32)}
-    start = rss()
-    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    gauges = [rss, gpu_used] if cuda else [rss]
+    steps = [[gauge() for gauge in gauges]]
+
+    def step() -> None:
+        flush_profiles()
+        steps.append([gauge() for gauge in gauges])
+
+    session = ort.InferenceSession(model, providers=CUDA if cuda else CPU)
     session.run(None, feeds)
-    user = rss() - start
+    step()
     with profile_next_run():
         session.run(None, feeds)  # asks the worker to build the twin and prime it
-    flush_profiles()
-    twin = rss() - start - user
+    step()
     with profile_next_run():
         session.run(None, feeds)  # one profiled run on the twin, converted
-    flush_profiles()
-    profiled = rss() - start - user - twin
-
-    def row(label: str, size: int) -> tuple[str, str, str]:
-        return label, f"{size / MIB:.1f}", f"{size / weights:.2f}"
-
+    step()
+    labels = [
+        "user's InferenceSession, created + 1 run",
+        "twin, built + primed (1 profiled run)",
+        "one more profiled run, converted",
+    ]
+    added = [
+        [after - before for before, after in zip(*pair, strict=True)]
+        for pair in itertools.pairwise(steps)
+    ]
+    rows = [("model weights (float32)", [weights] * len(gauges)), *zip(labels, added, strict=True)]
     return [
-        row("model weights (float32)", weights),
-        row("user's InferenceSession, created + 1 run", user),
-        row("twin, built + primed (1 profiled run)", twin),
-        row("one more profiled run, converted", profiled),
+        (label, *(f"{size / MIB:.1f}" for size in sizes), f"{sizes[0] / weights:.2f}")
+        for label, sizes in rows
     ]
 
 
@@ -268,7 +288,8 @@ def latency_report(measured, node_events: int, args: argparse.Namespace) -> str:
     rows += [(label, *(columns[name][label] for name in names)) for label in columns[names[0]]]
     where = "the thread that made the sessions" if args.same_thread else "a request thread"
     header = (
-        f"profiled vs unprofiled run: MLP {args.batch}x{args.width}, depth {args.depth}, "
+        f"profiled vs unprofiled run{' on CUDA' if args.cuda else ''}: MLP {args.batch}x"
+        f"{args.width}, depth {args.depth}, "
         f"{node_events} Node events per profiled run; {args.rounds * args.calls} iterations "
         f"per variant, timed on {where}"
     )
@@ -284,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument(
         "--threads", type=int, default=0, help="intra_op_num_threads (default 0: ORT's choice)"
+    )
+    parser.add_argument(
+        "--cuda", action="store_true", help="sessions on CUDA (onnxruntime-gpu and a GPU)"
     )
     parser.add_argument(
         "--same-thread",
@@ -317,13 +341,14 @@ def main(argv: list[str] | None = None) -> int:
                 samples, node_events, counts = measure_latency(args, workdir, reader)
                 measured[mode] = samples, counts
                 if mode == "twin":
-                    memory = measure_memory(workdir, width=1024, depth=8)
+                    memory = measure_memory(workdir, width=1024, depth=8, cuda=args.cuda)
             finally:
                 instrumentor.uninstrument()
     tracer_provider.shutdown()
     print(f"\n{latency_report(measured, node_events, args)}\n")
-    print("resident memory added (VmRSS), MLP 1024 wide, 8 layers\n")
-    print(format_table([("what", "MiB", "x weights"), *memory]))
+    print("memory added, MLP 1024 wide, 8 layers\n")
+    gpu = ("GPU MiB",) if args.cuda else ()
+    print(format_table([("what", "resident MiB", *gpu, "resident x weights"), *memory]))
     print(f"\nthe C API library copy and its OrtEnv, once per process: {library / MIB:.1f} MiB")
     return 0
 

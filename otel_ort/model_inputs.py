@@ -110,6 +110,8 @@ def load_array(name: str, path: str) -> Any:
                 raise InputError(
                     f"--input {name}={path}: not a .npy file; save the array with numpy.save"
                 )
+            if not _fits(_npy_size(file)):
+                raise MemoryError
         return np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise InputError(
@@ -213,6 +215,8 @@ def build_feeds(
             continue  # the model's own value
         dims, note = _resolved_dims(spec, shapes.get(spec.name), sizes)
         try:
+            if not _fits(math.prod(dims) * _DRAWN_BYTES):
+                raise MemoryError  # do not draw it: with overcommit, filling it would thrash
             feeds[spec.name] = _random(rng, _dtype(spec), dims)
         except (MemoryError, ValueError):  # numpy: "array is too big", dimension limits
             size = math.prod(dims) * _dtype(spec).itemsize / 2**30
@@ -360,6 +364,38 @@ def _resolved_dims(
         f"note: input {spec.name}: unknown dimension{'s' * (len(unknown) > 1)} "
         f"{', '.join(unknown)} set to 1; choose with --shape, e.g. --shape {spec.name}={example}"
     )
+
+
+def _npy_size(file: Any) -> int:
+    """The bytes of the array in a .npy ``file`` (read from its header), 0 if not known."""
+    file.seek(0)
+    version = np.lib.format.read_magic(file)
+    read_header = {
+        (1, 0): np.lib.format.read_array_header_1_0,
+        (2, 0): np.lib.format.read_array_header_2_0,
+    }.get(version)
+    if read_header is None:
+        return 0
+    shape, _, dtype = read_header(file)
+    return math.prod(shape) * dtype.itemsize
+
+
+_DRAWN_BYTES = 8
+"""Bytes per element ``_random`` holds at most while drawing (float64 or int64 draws)."""
+
+
+def _fits(size: int) -> bool:
+    """Whether ``size`` more bytes fit in the memory Linux reports available (MemAvailable):
+    with overcommit on, numpy gets any allocation and the machine thrashes while it is filled.
+    True where that is not known (numpy's MemoryError then tells)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return size <= int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return True
 
 
 def _random(rng: np.random.Generator, dtype: np.dtype[Any], dims: tuple[int, ...]) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Iterator
@@ -9,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import onnxruntime as ort
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -20,6 +22,8 @@ from otel_ort import OrtInstrumentor
 from otel_ort.capi import CSession
 from otel_ort.demo_model import mlp_model
 
+CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
 
 def file_spans(path: Path) -> list[dict[str, Any]]:
     """The spans of an OTLP/JSON-lines file (one export request per line), as dicts."""
@@ -30,6 +34,17 @@ def file_spans(path: Path) -> list[dict[str, Any]]:
         for scope_spans in resource_spans["scopeSpans"]
         for span in scope_spans["spans"]
     ]
+
+
+@functools.cache
+def cuda_missing() -> str | None:
+    """Why CUDA sessions cannot run here (onnxruntime-gpu and an NVIDIA GPU), or None."""
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return f"onnxruntime {ort.__version__} is built without CUDA (install onnxruntime-gpu)"
+    session = ort.InferenceSession(mlp_model(width=8, depth=1), providers=CUDA)
+    if "CUDAExecutionProvider" not in session.get_providers():
+        return "ORT could not open a CUDA session here (no NVIDIA GPU or CUDA libraries)"
+    return None
 
 
 def run_threads(threads: list[threading.Thread]) -> None:

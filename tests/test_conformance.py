@@ -4,7 +4,8 @@ run returns, bitwise, in the same Python types. A selected run ORT fails raises 
 exception (its inputs never reach a ready twin: priming one with them fails alike; a twin
 failing a run is tested in test_profiling).
 
-Slow stage (about 30 s): the cases are generated, and each gets a session and a twin.
+Slow stage (about 30 s): the cases are generated, and each gets a session and a twin. Run on
+CPU, and on CUDA where onnxruntime-gpu finds a GPU (skipped elsewhere: see test_cuda).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 
 from otel_ort import flush_profiles, profile_next_run, semconv
 from otel_ort.failures import failure_counts
-from tests.conftest import Telemetry, attrs, instrumentation
+from tests.conftest import CUDA, Telemetry, attrs, cuda_missing, instrumentation
 
 pytestmark = pytest.mark.e2e
 
@@ -66,8 +67,18 @@ def feeds_of(case: Any, inputs: list[Any], session: ort.InferenceSession) -> dic
     return {name: value for name, value in zip(declared, inputs, strict=False) if name in names}
 
 
+@pytest.mark.parametrize(
+    "providers",
+    [
+        CPU,
+        pytest.param(
+            CUDA, marks=pytest.mark.skipif(cuda_missing() is not None, reason=str(cuda_missing()))
+        ),
+    ],
+    ids=["cpu", "cuda"],
+)
 def test_profiled_runs_match_ort_on_every_onnx_node_test_case(
-    telemetry: Telemetry, tmp_path: Path
+    telemetry: Telemetry, tmp_path: Path, providers: list[str]
 ) -> None:
     outcomes: Counter[str] = Counter()
     problems: list[str] = []
@@ -77,7 +88,7 @@ def test_profiled_runs_match_ort_on_every_onnx_node_test_case(
     ):
         for case in node_cases():
             try:
-                session = ort.InferenceSession(case.model.SerializeToString(), providers=CPU)
+                session = ort.InferenceSession(case.model.SerializeToString(), providers=providers)
             except Exception:
                 outcomes["ORT cannot load"] += 1
                 continue

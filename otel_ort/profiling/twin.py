@@ -6,8 +6,8 @@ are write-only, so :mod:`otel_ort.profiling.recorded_options` records those call
 twin gets what was recorded for the options its session was created with. Calls made before
 ``instrument()`` cannot be seen; the twin then runs with ORT's defaults for them. Options the
 twin cannot reproduce (initializers added from Python, custom-op libraries, plugin EPs, LoRA
-adapters, providers other than CPU), and models with random operators, make the session's
-runs unprofilable, with the reason on their spans.
+adapters, providers other than CUDA and CPU, CUDA graphs), and models with random operators,
+make the session's runs unprofilable, with the reason on their spans.
 
 Config entries that make ORT write files (EP context models, saved optimized models) are not
 copied: the twin must not overwrite the user's files.
@@ -43,9 +43,8 @@ _NOT_REPRODUCIBLE = {
     "add_active_adapter": "a LoRA adapter",
 }
 _FILE_WRITING_KEYS = ("ep.context_", "session.save_", "session.optimized_model_")
-_TWIN_PROVIDERS = ("CPUExecutionProvider",)
-"""CUDA twins wait for a check on a GPU: the C API leaves outputs on the device, where ORT's
-Python API copies them back, and two ORT copies would share the CUDA provider library."""
+_TWIN_PROVIDERS = ("CUDAExecutionProvider", "CPUExecutionProvider")
+"""CUDA twins get the session's CUDA options as ORT reports them (``get_provider_options``)."""
 _DEFAULT_TWIN_LOG_SEVERITY = 3
 """ERROR: the user's session already logs ORT's warnings once; the twin would repeat them."""
 
@@ -131,6 +130,10 @@ def _providers(session: Any) -> tuple[tuple[str, Mapping[str, str]], ...]:
                 f"the session uses {name}; twins support {', '.join(_TWIN_PROVIDERS)} only"
             )
         values = options.get(name, {}) if name != "CPUExecutionProvider" else {}
+        if values.get("enable_cuda_graph", "0") != "0":
+            raise TwinUnavailable(
+                "the session replays CUDA graphs: a replayed run executes no node to profile"
+            )
         providers.append((name, {str(k): str(v) for k, v in values.items()}))
     return tuple(providers)
 
