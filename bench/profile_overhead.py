@@ -5,7 +5,8 @@ cost through the C API, same process; and the resident memory of a session's twi
     on a GPU machine with onnxruntime-gpu: python -m bench.profile_overhead --cuda
 
 Latency, on an MLP whose profile has a few hundred Node events (ORT's default optimizations
-fuse each MatMul+Add+Relu layer into one FusedGemm node), timed on a request thread that did
+fuse each MatMul+Add+Relu layer into one FusedGemm node on CPU; into Gemm and Relu on CUDA:
+twice the events), timed on a request thread that did
 not create the sessions, as in a server. Each iteration times these calls in random order,
 each after an untimed unprofiled run (settling the caches as in service), so the machine's
 drift hits them alike; differences are taken per iteration and their median reported:
@@ -27,7 +28,8 @@ with few cores, compete with them for CPU.
 
 Memory: the resident set (VmRSS) before and after the twin of a bigger model is built, next to
 the model's weight bytes and to what the user's own InferenceSession added; with ``--cuda``,
-the GPU's memory in use too (nvidia-smi: every process on GPU 0, so run nothing else there).
+the GPU's memory in use too (nvidia-smi: every process on its GPU 0, so make that the GPU
+CUDA uses, and run nothing else there).
 """
 
 from __future__ import annotations

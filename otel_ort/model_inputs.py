@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from otel_ort.free_memory import available_bytes, size_text
 from otel_ort.onnx_wire import ORT_FORMAT_ID, fields
 
 SEED = 0
@@ -110,8 +111,12 @@ def load_array(name: str, path: str) -> Any:
                 raise InputError(
                     f"--input {name}={path}: not a .npy file; save the array with numpy.save"
                 )
-            if not _fits(_npy_size(file)):
-                raise MemoryError
+            size, free = _npy_size(file), available_bytes()
+            if free is not None and size > free:
+                raise InputError(
+                    f"--input {name}={path}: its array is larger than this machine's free "
+                    f"memory ({size_text(size)}; {size_text(free)} free): save a smaller one"
+                )
         return np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise InputError(
@@ -214,16 +219,19 @@ def build_feeds(
         if spec.initializer:
             continue  # the model's own value
         dims, note = _resolved_dims(spec, shapes.get(spec.name), sizes)
+        dtype = _dtype(spec)
+        drawing = math.prod(dims) * _drawn_bytes(dtype)
+        free = available_bytes()
         try:
-            if not _fits(math.prod(dims) * _DRAWN_BYTES):
-                raise MemoryError  # do not draw it: with overcommit, filling it would thrash
-            feeds[spec.name] = _random(rng, _dtype(spec), dims)
+            if free is not None and drawing > free:
+                raise MemoryError  # not drawn: where Linux overcommits, filling it would thrash
+            feeds[spec.name] = _random(rng, dtype, dims)
         except (MemoryError, ValueError):  # numpy: "array is too big", dimension limits
-            size = math.prod(dims) * _dtype(spec).itemsize / 2**30
+            has = f" has {size_text(free)} free" if free is not None else " can give"
             raise InputError(
-                f"input {spec.name}: {_dtype(spec)}[{','.join(map(str, dims))}] needs "
-                f"{size:,.1f} GiB, more than this machine can give: choose smaller dimensions "
-                f"with --shape {spec.name}=..."
+                f"input {spec.name}: {dtype}[{','.join(map(str, dims))}] needs "
+                f"{size_text(drawing)} to draw, more than this machine{has}: choose smaller "
+                f"dimensions with --shape {spec.name}=..."
             ) from None
         lines.append(f"input {spec.name}: {described(feeds[spec.name])} random (seed {SEED})")
         if note:
@@ -380,24 +388,6 @@ def _npy_size(file: Any) -> int:
     return math.prod(shape) * dtype.itemsize
 
 
-_DRAWN_BYTES = 8
-"""Bytes per element ``_random`` holds at most while drawing (float64 or int64 draws)."""
-
-
-def _fits(size: int) -> bool:
-    """Whether ``size`` more bytes fit in the memory Linux reports available (MemAvailable):
-    with overcommit on, numpy gets any allocation and the machine thrashes while it is filled.
-    True where that is not known (numpy's MemoryError then tells)."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return size <= int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return True
-
-
 def _random(rng: np.random.Generator, dtype: np.dtype[Any], dims: tuple[int, ...]) -> Any:
     if dtype.kind == "f":  # drawn in float32 (float64 for doubles): no float64 copy
         wide = np.float64 if dtype == np.float64 else np.float32
@@ -407,3 +397,15 @@ def _random(rng: np.random.Generator, dtype: np.dtype[Any], dims: tuple[int, ...
     if dtype.kind == "b":
         return np.asarray(rng.random(dims) < 0.5)  # a 0-d draw is a Python float
     return rng.choice(_WORDS, dims)
+
+
+def _drawn_bytes(dtype: np.dtype[Any]) -> int:
+    """Bytes per element ``_random`` holds at its peak: the draw, and the result if a copy."""
+    if dtype.kind == "f":
+        drawn = 8 if dtype == np.float64 else 4
+        return drawn + (0 if dtype.itemsize == drawn else dtype.itemsize)
+    if dtype.kind in "iu":
+        return 8 + dtype.itemsize  # int64 draws, then a copy in the dtype
+    if dtype.kind == "b":
+        return 8 + 1  # float64 draws, then the comparison
+    return 8 + 8  # int64 indices into the words, then object pointers

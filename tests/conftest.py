@@ -41,7 +41,10 @@ def cuda_missing() -> str | None:
     """Why CUDA sessions cannot run here (onnxruntime-gpu and an NVIDIA GPU), or None."""
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         return f"onnxruntime {ort.__version__} is built without CUDA (install onnxruntime-gpu)"
-    session = ort.InferenceSession(mlp_model(width=8, depth=1), providers=CUDA)
+    try:
+        session = ort.InferenceSession(mlp_model(width=8, depth=1), providers=CUDA)
+    except Exception as exc:
+        return f"ORT could not open a CUDA session here: {exc}"
     if "CUDAExecutionProvider" not in session.get_providers():
         return "ORT could not open a CUDA session here (no NVIDIA GPU or CUDA libraries)"
     return None

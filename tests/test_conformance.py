@@ -5,7 +5,8 @@ exception (its inputs never reach a ready twin: priming one with them fails alik
 failing a run is tested in test_profiling).
 
 Slow stage (about 30 s): the cases are generated, and each gets a session and a twin. Run on
-CPU, and on CUDA where onnxruntime-gpu finds a GPU (skipped elsewhere: see test_cuda).
+CPU, and on CUDA where onnxruntime-gpu finds a GPU (80 s on an H100; skipped elsewhere: see
+test_cuda).
 """
 
 from __future__ import annotations

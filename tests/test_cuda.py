@@ -8,6 +8,7 @@ them on a GPU machine: ``pip install onnxruntime-gpu`` in place of onnxruntime, 
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from tests.perf_models import matmul_chain
 X = {"x": np.random.default_rng(3).standard_normal((512, 512)).astype(np.float32)}
 
 
-pytestmark = pytest.mark.skipif(cuda_missing() is not None, reason=cuda_missing() or "")
+pytestmark = pytest.mark.skipif(cuda_missing() is not None, reason=str(cuda_missing()))
 
 
 def same(want: list[Any], got: list[Any]) -> bool:
@@ -119,6 +120,37 @@ def test_the_twin_gets_the_sessions_cuda_options(instrumented: Telemetry) -> Non
     wrong = dict(given, device_id="64")
     with pytest.raises(OrtError, match="device_id"):
         CSession(type(config)(config.model, providers=((name, wrong),)))
+
+
+def cuda_stream() -> int:
+    """A new CUDA stream, from the CUDA runtime that ORT's CUDA provider loaded."""
+    with open("/proc/self/maps") as maps:
+        runtime = next(line.split()[-1] for line in maps if "/libcudart.so" in line)
+    stream = ctypes.c_void_p()
+    assert ctypes.CDLL(runtime).cudaStreamCreate(ctypes.byref(stream)) == 0
+    return int(stream.value or 0)
+
+
+def test_the_twin_runs_on_a_stream_of_its_own(telemetry: Telemetry, tmp_path: Path) -> None:
+    """The user's stream may be destroyed while the twin lives: the twin does not take it."""
+    model = matmul_chain(nodes=4, size=256)
+    ort.InferenceSession(model, providers=CUDA)  # loads the CUDA runtime
+    options = {"user_compute_stream": str(cuda_stream())}
+    with instrumentation(**telemetry.providers, profile_dir=str(tmp_path)):
+        session = ort.InferenceSession(
+            model, providers=[("CUDAExecutionProvider", options), "CPUExecutionProvider"]
+        )
+        reported = session.get_provider_options()["CUDAExecutionProvider"]
+        assert reported["user_compute_stream"] == options["user_compute_stream"]
+        assert "user_compute_stream" not in twin_config(session).providers[0][1]
+        feeds = {"x": np.ones((256, 256), np.float32)}
+        want = session.run(None, feeds)
+        for _ in range(2):  # the first builds the twin
+            with profile_next_run():
+                got = session.run(None, feeds)
+            assert flush_profiles(timeout=60)
+    assert attrs(telemetry.spans(semconv.SPAN_RUN)[-1])[semconv.RUN_PROFILED]
+    assert same(want, got)
 
 
 def test_a_session_replaying_cuda_graphs_has_no_twin(instrumented: Telemetry) -> None:

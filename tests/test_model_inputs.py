@@ -3,6 +3,7 @@ name, inputs without a shape (read from real models' encodings), and what is ref
 
 from __future__ import annotations
 
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,17 @@ import pytest
 from onnx import TensorProto, helper
 
 from otel_ort.cli import main
-from otel_ort.model_inputs import InputError, InputSpec, build_feeds, read_inputs, unshaped_inputs
+from otel_ort.free_memory import _cgroup_headrooms, available_bytes
+from otel_ort.model_inputs import (
+    InputError,
+    InputSpec,
+    _drawn_bytes,
+    _random,
+    build_feeds,
+    load_array,
+    read_inputs,
+    unshaped_inputs,
+)
 
 
 def add_model(path: Path, *inputs: tuple[str, list[str | int] | None]) -> Path:
@@ -104,3 +115,82 @@ def test_a_model_input_without_a_shape_is_profiled_at_the_shape_given(
     out = capsys.readouterr().out
     assert code == 0, out
     assert "input x: float32[2,3] random (seed 0)" in out
+
+
+def test_inputs_bigger_than_free_memory_are_refused_before_numpy_allocates(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where Linux overcommits, numpy gets any allocation and the machine thrashes filling it:
+    the free memory Linux reports (here said to be 4 MiB) is checked first."""
+    monkeypatch.setattr("otel_ort.model_inputs.available_bytes", lambda: 4 * 2**20)
+    feeds, _ = build_feeds([InputSpec("x", "tensor(float)", (1000, 1000))], {}, {})
+    assert feeds["x"].nbytes == 4_000_000  # float32 is drawn in place: 4 bytes an element
+    with pytest.raises(InputError) as refused:  # int8 is drawn in int64, then copied
+        build_feeds([InputSpec("x", "tensor(int8)", (1000, 1000))], {}, {})
+    assert str(refused.value) == (
+        "input x: int8[1000,1000] needs 8.6 MiB to draw, more than this machine has 4.0 MiB "
+        "free: choose smaller dimensions with --shape x=..."
+    )
+    np.save(tmp_path / "big.npy", np.zeros((2000, 1000), np.float32))
+    with pytest.raises(InputError, match=r"free memory \(7.6 MiB; 4.0 MiB free\)"):
+        load_array("x", str(tmp_path / "big.npy"))
+
+
+@pytest.mark.parametrize(
+    "dtype", ["float32", "float16", "float64", "int64", "int32", "int8", "bool", "object"]
+)
+def test_the_memory_checked_is_what_drawing_takes(dtype: str) -> None:
+    elements = 200_000
+    tracemalloc.start()
+    try:
+        _random(np.random.default_rng(0), np.dtype(dtype), (elements,))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert 0.9 < peak / (elements * _drawn_bytes(np.dtype(dtype))) < 1.1
+
+
+@pytest.mark.parametrize(
+    ("membership", "files", "headroom"),
+    [
+        ("0::/pod\n", {"pod/memory.max": "max\n", "pod/memory.current": "10\n"}, None),
+        (
+            "0::/pod\n",
+            {"pod/memory.max": "1000\n", "pod/memory.current": "600\n",
+             "pod/memory.stat": "anon 400\ninactive_file 150\n"},
+            550,
+        ),
+        (
+            "4:memory:/job\n1:cpu:/job\n0::/\n",
+            {"memory/job/memory.limit_in_bytes": "1000\n",
+             "memory/job/memory.usage_in_bytes": "900",
+             "memory/job/memory.stat": "cache 300\ntotal_inactive_file 200\n"},
+            300,
+        ),
+        (
+            "4:memory:/\n",
+            {"memory/memory.limit_in_bytes": "9223372036854771712\n",
+             "memory/memory.usage_in_bytes": "900\n"},
+            None,
+        ),
+    ],
+    ids=["v2-no-limit", "v2", "v1-hybrid", "v1-no-limit"],
+)  # fmt: skip
+def test_a_memory_cgroups_limit_bounds_the_free_memory(
+    tmp_path: Path, membership: str, files: dict[str, str], headroom: int | None
+) -> None:
+    """A container sees the host's /proc/meminfo: its cgroup's limit, less what it uses but
+    page cache the kernel can drop, is what it can still fill."""
+    (tmp_path / "cgroup").write_text(membership)
+    for name, text in files.items():
+        (tmp_path / "fs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "fs" / name).write_text(text)
+    found = _cgroup_headrooms(tmp_path / "cgroup", tmp_path / "fs")
+    assert found == ([] if headroom is None else [headroom])
+
+
+def test_free_memory_here_is_what_linux_reports() -> None:
+    meminfo = Path("/proc/meminfo").read_text()
+    total = int(meminfo.split("MemTotal:")[1].split()[0]) * 1024
+    free = available_bytes()
+    assert free is not None and 0 < free <= total

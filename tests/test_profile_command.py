@@ -213,9 +213,8 @@ def wrong_inputs(tmp_path: Path) -> Path:
                                "inputs: x"),
         (["--shape", "x=1,2,3"], "--shape x=1,2,3: gives 3 dimension(s), but input 'x' has 2: "
                                  "float32[batch,8]"),
-        (["--shape", "x=100000000000,8"], "input x: float32[100000000000,8] needs 2,980.2 GiB, "
-                                          "more than this machine can give: choose smaller "
-                                          "dimensions with --shape x=..."),
+        (["--shape", "x=100000000000,8"], "input x: float32[100000000000,8] needs 2,980.2 GiB "
+                                          "to draw, more than this machine has "),
         (["--shape", "x=2,9"], "input 'x' is float32[batch,8]; its fixed dimensions cannot"),
         (["--input", "x"], "--input 'x': expected NAME=VALUE"),
         (["--input", "x=DIR/doubles.npy"], "--input x: the array is float64[2,8], but input 'x' "

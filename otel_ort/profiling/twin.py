@@ -44,7 +44,11 @@ _NOT_REPRODUCIBLE = {
 }
 _FILE_WRITING_KEYS = ("ep.context_", "session.save_", "session.optimized_model_")
 _TWIN_PROVIDERS = ("CUDAExecutionProvider", "CPUExecutionProvider")
-"""CUDA twins get the session's CUDA options as ORT reports them (``get_provider_options``)."""
+"""CUDA twins get the session's CUDA options as ORT reports them (``get_provider_options``),
+its external allocator (``gpu_external_*``) included, but for ``_OWN_STREAM``."""
+_OWN_STREAM = ("user_compute_stream", "has_user_compute_stream")
+"""A twin's inputs and outputs are in host memory: it needs none of the user's CUDA streams,
+which the user may destroy while the twin lives, so it runs on a stream of its own."""
 _DEFAULT_TWIN_LOG_SEVERITY = 3
 """ERROR: the user's session already logs ORT's warnings once; the twin would repeat them."""
 
@@ -134,7 +138,9 @@ def _providers(session: Any) -> tuple[tuple[str, Mapping[str, str]], ...]:
             raise TwinUnavailable(
                 "the session replays CUDA graphs: a replayed run executes no node to profile"
             )
-        providers.append((name, {str(k): str(v) for k, v in values.items()}))
+        providers.append(
+            (name, {str(k): str(v) for k, v in values.items() if k not in _OWN_STREAM})
+        )
     return tuple(providers)
 
 
