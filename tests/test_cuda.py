@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -30,22 +29,12 @@ from otel_ort.sampling import Ratio
 from tests.conftest import CUDA, Telemetry, attrs, cuda_missing, instrumentation, run_threads
 from tests.models import typed_cases
 from tests.perf_models import matmul_chain
+from tests.profiled_runs import check_case, difference
 
 X = {"x": np.random.default_rng(3).standard_normal((512, 512)).astype(np.float32)}
 
 
 pytestmark = pytest.mark.skipif(cuda_missing() is not None, reason=str(cuda_missing()))
-
-
-def same(want: list[Any], got: list[Any]) -> bool:
-    """Bitwise equal outputs, dtypes and Python types."""
-    return len(want) == len(got) and all(
-        type(w) is type(g)
-        and w.dtype == g.dtype
-        and w.shape == g.shape
-        and w.tobytes() == g.tobytes()
-        for w, g in zip(want, got, strict=True)
-    )
 
 
 def test_a_c_api_cuda_session_returns_ort_outputs_in_host_memory(
@@ -56,7 +45,7 @@ def test_a_c_api_cuda_session_returns_ort_outputs_in_host_memory(
     want = session.run(None, X)
     with CSession(twin_config(session)) as twin:
         got = twin.run(X, profile_prefix=str(tmp_path / "run"))
-    assert same(want, got)
+    assert difference(want, got) is None
     (path,) = glob.glob(str(tmp_path / "run*.json"))
     nodes = read_profile(path).runs[0].nodes
     assert {node.provider for node in nodes} == {"CUDAExecutionProvider"}, nodes
@@ -91,18 +80,7 @@ def test_profiled_cuda_runs_return_ort_outputs_and_node_spans(
     with instrumentation(**telemetry.providers, profile_dir=str(tmp_path)):
         for model, feeds in cases:
             session = ort.InferenceSession(model, providers=CUDA)
-            want = session.run(None, feeds)
-            with profile_next_run():  # builds and primes the twin; this run is ORT's
-                session.run(None, feeds)
-            assert flush_profiles(timeout=60)
-            with profile_next_run():
-                got = session.run(None, feeds)
-            assert flush_profiles(timeout=60)
-            run = attrs(telemetry.spans(semconv.SPAN_RUN)[-1])
-            assert run[semconv.RUN_PROFILED], run
-            for w, g in zip(want, got, strict=True):
-                assert type(w) is type(g) and w.dtype == g.dtype
-                assert w.tobytes() == g.tobytes() if w.dtype != object else w.tolist() == g.tolist()
+            assert check_case(telemetry, session, feeds) == "profiled"
     providers = {attrs(s).get(semconv.NODE_PROVIDER) for s in telemetry.spans()}
     assert "CUDAExecutionProvider" in providers, providers
 
@@ -150,7 +128,7 @@ def test_the_twin_runs_on_a_stream_of_its_own(telemetry: Telemetry, tmp_path: Pa
                 got = session.run(None, feeds)
             assert flush_profiles(timeout=60)
     assert attrs(telemetry.spans(semconv.SPAN_RUN)[-1])[semconv.RUN_PROFILED]
-    assert same(want, got)
+    assert difference(want, got) is None
 
 
 def test_a_session_replaying_cuda_graphs_has_no_twin(instrumented: Telemetry) -> None:

@@ -1,0 +1,58 @@
+"""Profiled runs against ORT's own: one case run both ways, and how the outputs differ."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from otel_ort import flush_profiles, profile_next_run, semconv
+from tests.conftest import Telemetry, attrs
+
+
+def difference(want: Any, got: Any, where: str = "outputs") -> str | None:
+    """Where ``got`` differs from ``want`` in Python type, dtype, shape, strides or bytes."""
+    if type(want) is not type(got):
+        return f"{where}: {type(got).__name__}, ORT returns {type(want).__name__}"
+    if isinstance(want, np.ndarray):
+        if (want.dtype, want.shape) != (got.dtype, got.shape):
+            return f"{where}: {got.dtype}{got.shape}, ORT returns {want.dtype}{want.shape}"
+        if want.dtype == object:
+            items = [(type(v), v) for v in want.ravel()], [(type(v), v) for v in got.ravel()]
+            return None if items[0] == items[1] else f"{where}: objects differ"
+        if want.size > 1 and want.strides != got.strides:
+            return f"{where}: strides {got.strides}, ORT's {want.strides}"
+        return None if want.tobytes() == got.tobytes() else f"{where}: bytes differ"
+    if isinstance(want, list | dict):
+        if len(want) != len(got) or (isinstance(want, dict) and list(want) != list(got)):
+            return f"{where}: {len(got)} items or keys differ from ORT's {len(want)}"
+        keys = list(want) if isinstance(want, dict) else range(len(want))
+        found = (difference(want[k], got[k], f"{where}[{k!r}]") for k in keys)
+        return next((d for d in found if d), None)
+    return None if want == got else f"{where}: {got!r}, ORT returns {want!r}"
+
+
+def check_case(telemetry: Telemetry, session: ort.InferenceSession, feeds: dict[str, Any]) -> str:
+    """Run ``feeds`` plain and profiled; what happened, and how it differs from ORT's run."""
+    try:
+        want = session.run(None, feeds)
+    except Exception as ort_error:
+        with profile_next_run():
+            try:
+                session.run(None, feeds)
+            except Exception as error:
+                same = type(error) is type(ort_error) and str(error) == str(ort_error)
+                return "ORT raises" if same else f"raises {error!r}, ORT {ort_error!r}"
+        return f"differs: a profiled run returned where ORT raised {ort_error!r}"
+    with profile_next_run():  # the first builds the session's twin (and runs on ORT)
+        session.run(None, feeds)
+    assert flush_profiles(timeout=60)
+    with profile_next_run():
+        got = session.run(None, feeds)
+    assert flush_profiles(timeout=60)
+    run = attrs(telemetry.spans(semconv.SPAN_RUN)[-1])
+    if not run[semconv.RUN_PROFILED]:
+        return f"not profiled: {run.get(semconv.PROFILE_SKIP_DETAIL)}"
+    found = difference(want, got)
+    return f"differs: {found}" if found else "profiled"
