@@ -43,5 +43,5 @@ def call_within(
         threads.append(thread)
     deadline = None if timeout is None else time.monotonic() + timeout
     for thread in threads:
-        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        thread.join(None if deadline is None else seconds_left(deadline))
     return not any(thread.is_alive() for thread in threads)

@@ -23,6 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from otel_ort.bounded import seconds_left
 from otel_ort.failures import report_failure
 
 Job = Callable[[], object]
@@ -144,7 +145,7 @@ class Worker:
             return not self._promised
         if thread is threading.current_thread():
             return True
-        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        thread.join(None if deadline is None else seconds_left(deadline))
         return not thread.is_alive()
 
     @property
