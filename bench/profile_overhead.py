@@ -17,11 +17,18 @@ drift hits them alike; differences are taken per iteration and their median repo
                         in the twin's state (the caches hold the other session's weights and
                         code, its pool thread has slept since its last run)
   otel-ort              instrumented ``InferenceSession.run``, not profiled
-  otel-ort profiled     the same inside ``profile_next_run()``: runs on the twin, profiled
+  otel-ort profiled     the same, selected by the sampler, which (as Ratio and EveryNth do) knew
+                        it one run ahead: the untimed run before it warmed the twin
+  otel-ort forced       the same inside ``profile_next_run()``: nothing knew it ahead
+  otel-ort after C API  ``InferenceSession.run``, not profiled, right after a run of the C-API
+                        session: what the user's session pays after a run on the twin
+and, untimed by ``timed`` but timed too, the run before "otel-ort profiled" (the warm-up, on the
+twin) and the one before "otel-ort forced" (on the user's session).
 Ours = otel-ort profiled - otel-ort: how much longer the caller waits. Target: ours <= ORT's
 + 0.3 ms. Both profile modes are measured, one after the other: "twin" (the default: the user's
-session runs the unprofiled runs, so the twin's weights are cold when a profiled run comes) and
-"serve" (the twin runs the unprofiled runs too, so it is warm). The profiler's worker converts
+session runs the unprofiled runs but the one before a run the sampler expects to profile, so
+the twin's caches are cold for a forced run) and "serve" (the twin runs every unprofiled run,
+so it is warm). The profiler's worker converts
 each profiled run in the background: "worker idle" calls ``flush_profiles()`` before every timed
 call, outside the timer; "worker busy" does not, so conversions run during the timed calls and,
 with few cores, compete with them for CPU.
@@ -56,6 +63,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import SpanContext
 
 from bench.run_overhead import NullExporter, median_diff_us, median_us
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
@@ -63,17 +71,37 @@ from otel_ort.capi import CSession, load_api
 from otel_ort.demo_model import mlp_model
 from otel_ort.profiling import read_profile
 from otel_ort.profiling.twin import twin_config
-from otel_ort.sampling import Never
+from otel_ort.sampling import ProfileSampler
 from otel_ort.tables import format_table
 
 TARGET_MS = 0.3
 C_PLAIN, C_PROFILED, C_IDLE = "C API", "C API profiled", "C API profiled, idle"
-OURS_PLAIN, OURS_PROFILED = "otel-ort", "otel-ort profiled"
+OURS_PLAIN, OURS_PROFILED, OURS_FORCED = "otel-ort", "otel-ort profiled", "otel-ort forced"
+OURS_AFTER_C = "otel-ort after C API"
+WARM_UP, BEFORE_FORCED = "warm-up (before otel-ort profiled)", "before otel-ort forced"
 VARIANTS = ("worker idle", "worker busy")
 MODES = ("twin", "serve")
 MIB = 1024 * 1024
 CPU = ["CPUExecutionProvider"]
 CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+class Scripted(ProfileSampler):
+    """Profiles the runs the bench announces with ``next_profiled``, and knows each one run
+    ahead, as ``Ratio`` and ``EveryNth`` do (they draw one run ahead)."""
+
+    def __init__(self) -> None:
+        self._decisions: list[bool] = []
+
+    def next_profiled(self) -> None:
+        """The next run is not profiled, the one after it is."""
+        self._decisions = [False, True]
+
+    def should_profile(self, span_context: SpanContext) -> bool:
+        return self._decisions.pop(0) if self._decisions else False
+
+    def profiles_next(self, span_context: SpanContext) -> bool:
+        return bool(self._decisions and self._decisions[0])
 
 
 def rss() -> int:
@@ -129,7 +157,9 @@ def write_model(directory: Path, width: int, depth: int) -> Path:
     return path
 
 
-def measure_latency(args: argparse.Namespace, workdir: Path, reader: InMemoryMetricReader):
+def measure_latency(
+    args: argparse.Namespace, workdir: Path, reader: InMemoryMetricReader, sampler: Scripted
+):
     """Samples per variant and call name; the profiled run's Node event count; outcomes."""
     model = write_model(workdir, args.width, args.depth)
     feeds = {"x": np.random.default_rng(0).standard_normal((args.batch, args.width), np.float32)}
@@ -142,7 +172,7 @@ def measure_latency(args: argparse.Namespace, workdir: Path, reader: InMemoryMet
     c_dir.mkdir()
     numbers = itertools.count()
 
-    def profiled_ours() -> object:
+    def forced_ours() -> object:
         with profile_next_run():
             return session.run(None, feeds)
 
@@ -151,21 +181,31 @@ def measure_latency(args: argparse.Namespace, workdir: Path, reader: InMemoryMet
         C_PROFILED: lambda: c_session.run(feeds, profile_prefix=f"{c_dir}/{next(numbers)}"),
         C_IDLE: lambda: c_idle.run(feeds, profile_prefix=f"{c_dir}/{next(numbers)}"),
         OURS_PLAIN: lambda: session.run(None, feeds),
-        OURS_PROFILED: profiled_ours,
+        OURS_PROFILED: lambda: session.run(None, feeds),  # the sampler selects it
+        OURS_FORCED: forced_ours,
+        OURS_AFTER_C: lambda: session.run(None, feeds),
     }
     # what runs untimed before each call; before C_IDLE, the user's session: its caches then
     # hold the user's weights, not the C session's, as they hold them when the twin runs
     plain_of = {
-        name: calls[C_PLAIN if name in (C_PLAIN, C_PROFILED) else OURS_PLAIN] for name in calls
+        name: calls[C_PLAIN if name in (C_PLAIN, C_PROFILED, OURS_AFTER_C) else OURS_PLAIN]
+        for name in calls
     }
+    befores = {OURS_PROFILED: WARM_UP, OURS_FORCED: BEFORE_FORCED}
+    before_samples: dict[str, list[int]] = {WARM_UP: [], BEFORE_FORCED: []}
 
     def settle(name: str, flush: bool) -> None:
         if flush:
             flush_profiles()
+        if name == OURS_PROFILED:
+            sampler.next_profiled()
+        t0 = time.perf_counter_ns()
         plain_of[name]()  # as in service: ordinary runs come before a profiled one
+        if name in befores:
+            before_samples[befores[name]].append(time.perf_counter_ns() - t0)
 
     def rounds() -> tuple[dict[str, dict[str, list[int]]], int, dict[str, Counter[str]]]:
-        profiled_ours()  # builds and primes the twin in the worker
+        forced_ours()  # builds and primes the twin in the worker
         flush_profiles()
         timed(calls, 20, lambda name: settle(name, True))  # warm-up, first profiled runs too
         events = len(read_profile(min(glob.glob(f"{c_dir}/*.json"))).runs[0].nodes)
@@ -176,7 +216,10 @@ def measure_latency(args: argparse.Namespace, workdir: Path, reader: InMemoryMet
                 flush_profiles()
                 before = outcomes(reader)
                 flushing = partial(settle, flush=variant == "worker idle")
-                for name, values in timed(calls, args.calls, flushing).items():
+                for values in before_samples.values():
+                    values.clear()
+                measured = timed(calls, args.calls, flushing) | before_samples
+                for name, values in measured.items():
                     samples[variant].setdefault(name, []).extend(values)
                 flush_profiles()
                 counts[variant] += outcomes(reader) - before
@@ -234,15 +277,19 @@ def measure_memory(workdir: Path, width: int, depth: int, cuda: bool) -> list[tu
     ]
 
 
-def extra_ms(samples: dict[str, list[int]], profiled: str, base: str) -> float:
-    """Median over iterations of (ours profiled - ours) - (``profiled`` - ``base``)."""
-    return statistics.median(
-        (ours_profiled - ours) - (other_profiled - other)
-        for ours_profiled, ours, other_profiled, other in zip(
-            samples[OURS_PROFILED], samples[OURS_PLAIN], samples[profiled], samples[base],
-            strict=True,
+def extra_ms(
+    samples: dict[str, list[int]], profiled: str, base: str, ours: str = OURS_PROFILED
+) -> float:
+    """Median over iterations of (``ours`` - otel-ort) - (``profiled`` - ``base``)."""
+    return (
+        statistics.median(
+            (ours_profiled - plain) - (other_profiled - other)
+            for ours_profiled, plain, other_profiled, other in zip(
+                samples[ours], samples[OURS_PLAIN], samples[profiled], samples[base], strict=True
+            )
         )
-    ) / 1e6  # fmt: skip
+        / 1e6
+    )
 
 
 def variant_rows(samples: dict[str, list[int]], counts: Counter[str]) -> dict[str, str]:
@@ -259,19 +306,33 @@ def variant_rows(samples: dict[str, list[int]], counts: Counter[str]) -> dict[st
         "ours - ORT's (per iteration)": f"{extra:.3f}",
         f"target: ours - ORT's <= {TARGET_MS}": "met" if extra <= TARGET_MS else "MISSED",
         "ours / ORT's": f"{ours / ort_cost:.2f}x",
-        "ours - ORT's on an idle session": f"{extra_ms(samples, C_IDLE, C_PLAIN):.3f}",
-        "forced runs profiled / selected": f"{counts['profiled']}/{sum(counts.values())}",
+        "warm-up: the run before, on the twin (twin mode) - on the session": (
+            f"{median_diff_us(samples[WARM_UP], samples[BEFORE_FORCED]) / 1000:.3f}"
+        ),
+        "an unprofiled run after the twin's (otel-ort after C API - otel-ort)": (
+            f"{median_diff_us(samples[OURS_AFTER_C], samples[OURS_PLAIN]) / 1000:.3f}"
+        ),
+        "forced: ours - ORT's": f"{extra_ms(samples, C_PROFILED, C_PLAIN, OURS_FORCED):.3f}",
+        "forced: ours - ORT's on an idle session": (
+            f"{extra_ms(samples, C_IDLE, C_PLAIN, OURS_FORCED):.3f}"
+        ),
+        "runs profiled / selected": f"{counts['profiled']}/{sum(counts.values())}",
     })  # fmt: skip
     return column
 
 
 NOTES = """\
 Each timed call follows an untimed unprofiled run of the same session; "C API profiled, idle"
-and "otel-ort profiled" follow one of the user's session (the twin's weights are a second copy).
-"C API profiled, idle" runs on a second C-API session that runs nothing else, as a twin in twin
-mode: "ours - ORT's on an idle session" is what otel-ort adds to a twin's profiled run there.
-In serve mode the user's session is the twin for unprofiled runs: "otel-ort run" and the run
-before "otel-ort profiled" execute on the twin, through the C API.
+and "otel-ort forced" follow one of the user's session (the twin's weights are a second copy);
+"otel-ort profiled" follows one that the sampler's hint sent to the twin, warming it.
+"C API profiled, idle" runs on a second C-API session that runs nothing else, as a twin that
+nothing warmed: "forced: ours - ORT's on an idle session" is what otel-ort adds to such a
+twin's profiled run. In twin mode the warm-up moves the cold caches' cost from the profiled run
+to the run before it ("warm-up" row), and the user's session pays for its own cold caches on the
+run after ("after the twin's" row; a C-API session stands in for the twin there). In serve mode
+the user's session is the twin for unprofiled runs: "otel-ort run" and the runs before and
+after each profiled one execute on the twin, through the C API (both rows then compare runs on
+the twin).
 worker idle: flush_profiles() before each timed call, outside the timer: the worker's
 conversions stay out of the timed calls.
 worker busy: no flushing between iterations: conversions run during the timed calls and compete
@@ -325,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     tracer_provider.add_span_processor(BatchSpanProcessor(NullExporter(), max_queue_size=65536))
     reader = InMemoryMetricReader()
     instrumentor = OrtInstrumentor()
+    sampler = Scripted()
     meter_provider = MeterProvider(metric_readers=[reader])
     measured = {}
     with tempfile.TemporaryDirectory() as temporary:
@@ -334,13 +396,13 @@ def main(argv: list[str] | None = None) -> int:
             instrumentor.instrument(
                 tracer_provider=tracer_provider,
                 meter_provider=meter_provider,
-                profile_sampler=Never(),
+                profile_sampler=sampler,
                 profile_dir=str(workdir / "profiles"),
                 profile_mode=mode,
             )
             print(f"profile_mode={mode}", file=sys.stderr)
             try:
-                samples, node_events, counts = measure_latency(args, workdir, reader)
+                samples, node_events, counts = measure_latency(args, workdir, reader, sampler)
                 measured[mode] = samples, counts
                 if mode == "twin":
                     memory = measure_memory(workdir, width=1024, depth=8, cuda=args.cuda)

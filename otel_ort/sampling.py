@@ -1,7 +1,11 @@
 """Which runs are profiled: profile samplers, and forcing the profile of the current run.
 
 A profile sampler is asked once per run, on the request thread, after the run span started:
-``should_profile(span_context)`` must be cheap and thread-safe. Independently of the sampler,
+``should_profile(span_context)`` must be cheap and thread-safe. A run it does not select then
+asks ``profiles_next(span_context)``, a hint: when it says the next run is likely profiled,
+that run's twin is warmed by running this one there (see the profiling engine). Ratio and
+EveryNth draw each decision one run early to know it; it is the same decision, drawn sooner.
+Independently of the sampler,
 a run is profiled when forced, by :func:`profile_next_run` or by the baggage entry
 ``onnxruntime.profile=1`` (set by an upstream service, it travels with the trace).
 
@@ -19,13 +23,14 @@ import re
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 from opentelemetry.trace import SpanContext
 
-from otel_ort.forking import renew_locks_in_child
+from otel_ort.forking import after_fork_in_child, renew_locks_in_child
 
 PROFILE_BAGGAGE_KEY = "onnxruntime.profile"
 """Baggage entry that forces the profile of every run in its trace when its value is ``1``."""
@@ -38,6 +43,12 @@ class ProfileSampler(ABC):
     def should_profile(self, span_context: SpanContext) -> bool:
         """``span_context`` is the run span's; called once per run, from any thread."""
 
+    def profiles_next(self, span_context: SpanContext) -> bool:
+        """Whether the next run asked is likely to be profiled, asked after ``should_profile``
+        declined the run of ``span_context``; a hint that changes no decision (a wrong one
+        costs a cold twin, or a run through it needlessly). The default: no idea (False)."""
+        return False
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -46,6 +57,9 @@ class Always(ProfileSampler):
     """Profile every run."""
 
     def should_profile(self, span_context: SpanContext) -> bool:
+        return True
+
+    def profiles_next(self, span_context: SpanContext) -> bool:
         return True
 
 
@@ -64,9 +78,20 @@ class Ratio(ProfileSampler):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"Ratio(p): p must be between 0 and 1, got {p!r}")
         self.p = p
+        self._ahead = _DrawnAhead(self._decide)
+        after_fork_in_child(self, Ratio._draw_anew)
+
+    def _decide(self) -> bool:
+        return _draw() < self.p
+
+    def _draw_anew(self) -> None:
+        self._ahead = _DrawnAhead(self._decide)  # a forked child's decision is its own
 
     def should_profile(self, span_context: SpanContext) -> bool:
-        return _draw() < self.p
+        return self._ahead.take()
+
+    def profiles_next(self, span_context: SpanContext) -> bool:
+        return self._ahead.peek()
 
     def __repr__(self) -> str:
         return f"Ratio({self.p})"
@@ -89,18 +114,26 @@ class RateLimited(ProfileSampler):
         self.burst = int(burst)
         self._tokens = float(burst)
         self._last = time.monotonic()
+        self._interval = 0.0
+        """Between the last two asks: how soon the next one is expected."""
         self._lock = threading.Lock()
         renew_locks_in_child(self, "_lock")
 
     def should_profile(self, span_context: SpanContext) -> bool:
         with self._lock:
             now = time.monotonic()
-            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.per_second)
+            self._interval = now - self._last
+            self._tokens = min(self.burst, self._tokens + self._interval * self.per_second)
             self._last = now
             if self._tokens >= 1.0:
                 self._tokens -= 1.0
                 return True
             return False
+
+    def profiles_next(self, span_context: SpanContext) -> bool:
+        """Whether a run asking as soon after this one as this one did after the last would
+        find a token."""
+        return self._tokens + self._interval * self.per_second >= 1.0
 
     def __repr__(self) -> str:
         return f"RateLimited({self.per_second}, burst={self.burst})"
@@ -113,6 +146,23 @@ _RANDOM = random.Random()
 _draw = _RANDOM.random
 
 os.register_at_fork(after_in_child=_RANDOM.seed)  # each child draws its own runs to profile
+
+
+class _DrawnAhead:
+    """A sampler's decisions drawn one ask early, so that the next one is known before it is
+    asked: the same sequence of decisions, each drawn sooner. Never empty (each ``take``
+    draws before it takes), so ``peek`` needs no lock; concurrent takes each get one."""
+
+    def __init__(self, draw: Callable[[], bool]) -> None:
+        self._draw = draw
+        self._decisions = deque([draw()])
+
+    def take(self) -> bool:
+        self._decisions.append(self._draw())
+        return self._decisions.popleft()
+
+    def peek(self) -> bool:
+        return self._decisions[0]
 
 
 def _check_type(value: object, kind: type[int] | type[float], what: str) -> None:
@@ -138,10 +188,17 @@ class EveryNth(ProfileSampler):
         self.n = int(n)
         self.skip_first = int(skip_first)
         self._count = itertools.count(1 - skip_first)  # next() is atomic under the GIL
+        self._ahead = _DrawnAhead(self._decide)
 
-    def should_profile(self, span_context: SpanContext) -> bool:
+    def _decide(self) -> bool:
         number = next(self._count)
         return number > 0 and number % self.n == 0
+
+    def should_profile(self, span_context: SpanContext) -> bool:
+        return self._ahead.take()
+
+    def profiles_next(self, span_context: SpanContext) -> bool:
+        return self._ahead.peek()
 
     def __repr__(self) -> str:
         return f"EveryNth({self.n}, skip_first={self.skip_first})"
@@ -158,6 +215,11 @@ class ParentBased(ProfileSampler):
 
     def should_profile(self, span_context: SpanContext) -> bool:
         return span_context.trace_flags.sampled and self.inner.should_profile(span_context)
+
+    def profiles_next(self, span_context: SpanContext) -> bool:
+        """The inner sampler's hint, within a sampled trace: a bet that the next run is in one
+        too (runs of one request are)."""
+        return span_context.trace_flags.sampled and self.inner.profiles_next(span_context)
 
     def __repr__(self) -> str:
         return f"ParentBased({self.inner!r})"

@@ -47,6 +47,11 @@ SKIP_INTERNAL: Final = "internal_error"
 PROFILE_ERROR_OUTCOME: Final = "profile_error"
 """Outcome counted for a profiled run whose profile could not be read or kept."""
 
+# Runs not selected (twin mode, live run span)
+PROFILE_WARMUP: Final = "onnxruntime.profile.warmup"
+"""``true``: the run executed on the session's twin, unprofiled, to warm it for the run the
+sampler expects to profile next; its outputs are the twin's."""
+
 # Profiled runs (run span)
 PROFILE_FILE: Final = "onnxruntime.profile.file"
 PROFILE_START_SOURCE: Final = "onnxruntime.profile.start_source"
@@ -99,7 +104,8 @@ PROFILE_OUTCOME: Final = "onnxruntime.profile.outcome"
 METRIC_PROFILE_SPANS_DROPPED: Final = "onnxruntime.profile.spans.dropped"
 METRIC_PROFILE_FILES_DELETED: Final = "onnxruntime.profile.files.deleted"
 METRIC_SERVE_FALLBACKS: Final = "onnxruntime.profile.serve.fallbacks"
-"""Serve mode: unprofiled runs the twin did not complete, run again on ORT's own session."""
+"""Unprofiled runs the twin did not complete (serve mode's, twin mode's warm-ups), run again on
+ORT's own session."""
 METRIC_SPANS_DROPPED: Final = "otel_ort.spans.dropped"
 """Spans ``otel_ort.configure()``'s pipeline dropped, by ``otel_ort.stream`` and ``error.type``."""
 EXPORT_STREAM: Final = "otel_ort.stream"

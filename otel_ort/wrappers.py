@@ -100,10 +100,6 @@ class RunTelemetry:
 
     def __init__(self, options: Options, profiler: Profiler | None = None) -> None:
         self._profiler = profiler
-        self._run_unprofiled = (
-            profiler.run_unprofiled if profiler is not None and profiler.serve_mode else None
-        )
-        """Serve mode: where unprofiled runs go (maybe to the twin)."""
         self._tracer = get_tracer("otel_ort", __version__, options.tracer_provider)
         self._duration = run_duration_histogram(
             get_meter("otel_ort", __version__, options.meter_provider)
@@ -151,10 +147,11 @@ class RunTelemetry:
                     return profiled.outputs
                 start = perf_counter()
             try:  # a selected run not profiled goes to ORT's own session, not to the twin
-                if self._run_unprofiled is None or profiled is not None:
-                    result = wrapped(*args, **kwargs)
+                profiler = self._profiler
+                if profiled is None and profiler is not None and _to_twin(profiler, session, span):
+                    result = profiler.run_unprofiled(wrapped, span, session, method, args, kwargs)
                 else:
-                    result = self._run_unprofiled(wrapped, session, method, args, kwargs)
+                    result = wrapped(*args, **kwargs)
             except BaseException as exc:
                 self._finish(span, facts, session, perf_counter() - start, exc)
                 raise
@@ -387,6 +384,16 @@ def _profile(
         with contextlib.suppress(Exception):
             profiler.record_skip(span, skipped)
         return skipped
+
+
+def _to_twin(profiler: Profiler, session: Any, span: Span) -> bool:
+    """Whether a run not selected is offered to the session's twin (``Profiler.serves``); not
+    when the sampler's hint raises, a bug of the user's reported like a hook's."""
+    try:
+        return profiler.serves(session, span)
+    except Exception:
+        report_failure("profile_sampler raised")
+        return False
 
 
 def _after_fallback(span: Span, session: Any) -> SessionFacts:

@@ -884,3 +884,27 @@ def test_a_group_closed_by_another_thread_fails_its_users_cleanly() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
     )
     assert (completed.returncode, completed.stdout, completed.stderr) == (0, "100\n", "")
+
+
+def test_unprofiled_runs_on_a_pool_that_stays_on_are_set_aside(counter_factory: Any) -> None:
+    """Twin mode's warm-up runs the twin unprofiled while its pool's groups stay on: settled
+    before and set aside after, such runs leave the next profiled run's pool window with its
+    own work only (else it would hold five runs' more CPU, as between-nodes time)."""
+    counter = counter_factory(
+        matmul_chain(), (512, 512), ["task-clock"], stays_on=True, intra_op_num_threads=2
+    )
+    calling = threading.get_native_id()
+
+    def pool_cpu(raw: RawRun) -> int:
+        threads = [t for t in raw.settle()[0] if t.tid != calling]
+        assert threads  # one pool thread
+        return sum(t.after[0].values[t.ids["task-clock"]] - t.before[0].values[t.ids["task-clock"]]
+                   for t in threads)  # fmt: skip
+
+    alone = pool_cpu(counter.counted()[2])
+    counter.pool.settle()
+    for _ in range(5):
+        counter.session.run({"x": counter.feed()})
+    counter.pool.set_aside()
+    after_unprofiled = pool_cpu(counter.counted()[2])
+    assert after_unprofiled < 2 * alone, (after_unprofiled, alone)

@@ -309,3 +309,68 @@ def test_rate_limited_works_in_a_forked_child() -> None:
             os._exit(0 if sampler.should_profile(SAMPLED) else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: Ratio(0.3), lambda: EveryNth(4, skip_first=3), Always, Never]
+)
+def test_the_hint_is_the_next_decision_and_the_decisions_are_unchanged(
+    make: Callable[[], ProfileSampler],
+) -> None:
+    """Ratio and EveryNth draw each decision one ask early: the hint after an ask is the next
+    ask's answer (Never: no hint at all, like a sampler that cannot tell)."""
+    sampler = make()
+    hints, answers = [], []
+    for _ in range(200):
+        answers.append(sampler.should_profile(SAMPLED))
+        hints.append(sampler.profiles_next(SAMPLED))
+    assert hints[:-1] == answers[1:]
+    if isinstance(sampler, EveryNth):
+        assert [i + 1 for i, yes in enumerate(answers) if yes] == list(range(7, 201, 4))
+
+
+def test_a_sampler_without_a_hint_says_nothing_ahead() -> None:
+    class Plain(ProfileSampler):
+        def should_profile(self, span_context: SpanContext) -> bool:
+            return True
+
+    assert not Plain().profiles_next(SAMPLED)
+
+
+def test_parent_based_hints_only_inside_a_sampled_trace() -> None:
+    sampler = ParentBased(EveryNth(2))
+    assert not sampler.should_profile(SAMPLED)
+    assert sampler.profiles_next(SAMPLED)
+    assert not sampler.profiles_next(NOT_SAMPLED)
+    assert not sampler.should_profile(NOT_SAMPLED)  # not asked: the inner answer waits
+    assert sampler.should_profile(SAMPLED)
+
+
+def test_rate_limited_hints_at_the_run_that_will_find_a_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Runs every 1/64 s at 16 per second: a token every 4 runs; the hint (the bucket's refill
+    over one more interval) comes one run before each profiled one."""
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(time, "monotonic", lambda: next(ticks) / 64)
+    sampler = RateLimited(per_second=16.0, burst=1)
+    answers, hints = [], []
+    for _ in range(40):
+        answers.append(sampler.should_profile(SAMPLED))
+        hints.append(sampler.profiles_next(SAMPLED))
+    assert [i + 1 for i, yes in enumerate(answers) if yes] == list(range(1, 41, 4))
+    assert hints[:-1] == answers[1:]
+
+
+def test_a_ratio_made_before_a_fork_draws_the_childs_next_decision_anew() -> None:
+    """The decision drawn ahead in the parent is not every child's first one."""
+    sampler = Ratio(0.5)
+    parents = sampler.profiles_next(SAMPLED)
+    children = []
+    for _ in range(20):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(int(sampler.should_profile(SAMPLED)))
+        _, status = os.waitpid(pid, 0)
+        children.append(bool(os.waitstatus_to_exitcode(status)))
+    assert children != [parents] * 20

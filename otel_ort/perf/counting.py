@@ -22,7 +22,9 @@ spinning after the previous run and after this one) is the run's, between nodes.
 another thread's events costs an interrupt to its CPU (``task_function_call``), tens of
 microseconds per thread on a VM, even while the thread sleeps. A pool that also runs
 unprofiled runs (serve mode) is switched on and off around each profiled run instead: those
-runs must not pay for switch records and samples.
+runs must not pay for switch records and samples. In twin mode the twin runs the occasional
+unprofiled run too (the one before a run the sampler expects to profile, to warm it): its
+pool stays on, and such a run's counts are read when it ends and dropped (``set_aside``).
 """
 
 from __future__ import annotations
@@ -131,6 +133,16 @@ class Pool:
                 raise
         with self._settling:
             self._unsettled = share
+
+    def set_aside(self) -> None:
+        """(stays on) An unprofiled run on the twin has ended (twin mode warms the twin so):
+        read the threads now and drop what they counted since the last settle, which is no
+        profiled run's. Not while a profiled run is counted or waits to be settled: that
+        run's window then holds the rest of this one, as a run overlapping a profiled one
+        does (the warm-up's caller settled before it began)."""
+        with self._settling:
+            if self._unsettled is None and not self.lock.locked():
+                self._take(Share(self, self.groups, None))
 
     def settle(self) -> None:
         """Take the last stopped run's reads and ring bytes, unless that was done already;

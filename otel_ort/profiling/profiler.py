@@ -124,7 +124,7 @@ class Profiler:
         self.sampler = options.sampler
         self._sampled = type(self.sampler) is not Never  # Never: no call per run
         self.serve_mode = options.mode == "serve"
-        """Twins run unprofiled runs too (see ``run_unprofiled``)."""
+        """Twins run every unprofiled run they can (see ``serves``)."""
         self._options = options
         self._tracer_provider = tracer_provider
         self._store: ProfileStore | None = None
@@ -154,8 +154,8 @@ class Profiler:
         self._fallbacks_counter = meter.create_counter(
             semconv.METRIC_SERVE_FALLBACKS,
             "{run}",
-            "Serve mode: runs the twin did not complete (not those RunOptions.terminate ended), "
-            "run again on ORT's own session.",
+            "Unprofiled runs the twin did not complete (serve mode's and warm-ups; not those "
+            "RunOptions.terminate ended), run again on ORT's own session.",
         )
         reference = weakref.ref(self)
         _before_atexit_handlers(lambda: _shut_down(reference))
@@ -188,12 +188,33 @@ class Profiler:
             return semconv.SKIP_VALUE, "required inputs are missing: ORT's own run raises"
         return self._run_profiled(twin, feeds, output_names, run_options)
 
+    def serves(self, session: Any, span: Span) -> bool:
+        """Whether a run not selected for profiling is offered to the session's twin: every
+        one in serve mode; in twin mode, one the sampler expects the next run to be profiled
+        after, when the twin is ready (it warms the twin's caches for that run)."""
+        if self.serve_mode:
+            return True
+        twin: Twin | None = session.__dict__.get(_TWIN_KEY)
+        return (
+            twin is not None
+            and twin.state == "ready"
+            and self._sampled
+            and self.sampler.profiles_next(span.get_span_context())
+        )
+
     def run_unprofiled(
-        self, wrapped: Callable[..., Any], session: Any, method: str, args: Any, kwargs: Any
+        self,
+        wrapped: Callable[..., Any],
+        span: Span,
+        session: Any,
+        method: str,
+        args: Any,
+        kwargs: Any,
     ) -> Any:
-        """Serve mode: an unprofiled run on the session's ready twin when the call allows it
-        (which keeps the twin's caches warm for profiled runs), else ORT's own ``wrapped``.
-        Returns or raises what ``wrapped`` would: a run the twin fails is run again there."""
+        """A run ``serves`` offered to the twin: on the session's ready twin when the call
+        allows it (which keeps the twin's caches warm for profiled runs; in twin mode its span
+        says ``onnxruntime.profile.warmup``), else ORT's own ``wrapped``. Returns or raises
+        what ``wrapped`` would: a run the twin fails is run again there."""
         if method == "run":
             try:
                 outputs = self._serve(session, args, kwargs)
@@ -201,14 +222,16 @@ class Profiler:
                 report_failure("could not serve a run on its twin")
                 outputs = None
             if outputs is not None:
+                if not self.serve_mode and span.is_recording():
+                    span.set_attribute(semconv.PROFILE_WARMUP, True)
                 return outputs
         return wrapped(*args, **kwargs)
 
     def _serve(self, session: Any, args: Any, kwargs: Any) -> list[Any] | None:
         """The run's outputs from the twin; ``None`` where the session must run it: a call the
-        twin cannot take (or whose ``RunOptions`` it cannot reproduce), no ready twin (the first
-        such run asks for one), a profiled run in progress on the twin (its pool's counts must
-        be its own), or the twin's failure."""
+        twin cannot take (or whose ``RunOptions`` it cannot reproduce), no ready twin (in serve
+        mode the first such run asks for one), a profiled run in progress on the twin (its
+        pool's counts must be its own), or the twin's failure."""
         twin: Twin | None = session.__dict__.get(_TWIN_KEY)
         current = twin is not None and twin.state != "closed" and twin.matches(self, session)
         if twin is not None and current:
@@ -220,7 +243,8 @@ class Profiler:
             return None
         output_names, feeds, run_options = call
         if twin is None or not current or twin.state != "ready":
-            self._serving_twin(session, feeds, output_names)  # builds one if there is none
+            if self.serve_mode:
+                self._serving_twin(session, feeds, output_names)  # builds one if there is none
             return None
         if not twin.has_required(feeds):
             return None
@@ -239,13 +263,23 @@ class Profiler:
         arguments: dict[str, Any],
     ) -> list[Any] | None:
         """The twin's outputs; ``None`` if it fails (counted, but for a terminated run):
-        ORT's own run then returns or raises as it would."""
+        ORT's own run then returns or raises as it would. A pool whose counters stay on (twin
+        mode) is settled first, so a profiled run before keeps none of this run's counts, and
+        read again after it, so the next one gets none either (a read per pool thread, paid
+        by this unprofiled run rather than by the profiled one)."""
         termination = None
+        pool = twin.pool if twin.pool is not None and twin.pool.stays_on else None
         try:
+            if pool is not None:
+                pool.settle()
             with following_terminate(run_options) as termination:
-                outputs, _ = twin.run(
-                    feeds, output_names or None, termination=termination, **arguments
-                )
+                try:
+                    outputs, _ = twin.run(
+                        feeds, output_names or None, termination=termination, **arguments
+                    )
+                finally:
+                    if pool is not None:
+                        _set_aside(pool)
             return outputs
         except Exception as exc:
             if termination is not None and termination.requested:
@@ -458,7 +492,7 @@ class Profiler:
             return
         finally:
             remove_files(store.written(files))
-        pool = self._perf_pool(csession, stays_on=not serves)
+        pool = self._perf_pool(csession, stays_on=not (serves and self.serve_mode))
         twin.ready(csession, pool, serves_unprofiled=serves, required_inputs=required)
 
     def _prime_again(
@@ -519,7 +553,7 @@ class Profiler:
             _logger.warning("otel-ort: runs cannot be profiled: %s", reason)
             return None
         # a session profiling itself must run every run: its file must hold them all
-        serves = self.serve_mode and not session.get_session_options().enable_profiling
+        serves = not session.get_session_options().enable_profiling
         from_file = model_file(session)
         model_changed = from_file[1] if from_file is not None else _model_bytes_unchanged
         return config, model_changed, required_inputs(session), serves
@@ -776,6 +810,14 @@ def _takes(function: Callable[..., Any], parameter: str) -> bool:
     except (TypeError, ValueError):  # no signature to read: try it
         return True
     return parameter in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
+def _set_aside(pool: Pool) -> None:
+    """``pool.set_aside()``: a problem is reported, not raised, as the run succeeded."""
+    try:
+        pool.set_aside()
+    except Exception:
+        report_failure("could not set a warm-up run's perf counts aside")
 
 
 def _end(span: Span, end_ns: int, problem: str) -> None:

@@ -198,7 +198,8 @@ class Twin:
     pool: Pool | None = None
     """perf groups on the twin's intra-op threads, when perf counters are on."""
     serves_unprofiled: bool = False
-    """Whether it runs the session's unprofiled runs too (serve mode)."""
+    """Whether it may run unprofiled runs (all it can in serve mode, warm-ups in twin mode):
+    not for a session profiling itself, nor once an output could not be converted."""
     required_inputs: frozenset[str] = frozenset()
     """The session's inputs that ORT's Python API insists on (the C API does not check)."""
     _unprimed: CSession | None = None
