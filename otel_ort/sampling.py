@@ -3,8 +3,8 @@
 A profile sampler is asked once per run, on the request thread, after the run span started:
 ``should_profile(span_context)`` must be cheap and thread-safe. A run it does not select then
 asks ``profiles_next(span_context)``, a hint: when it says the next run is likely profiled,
-that run's twin is warmed by running this one there (see the profiling engine). Ratio and
-EveryNth draw each decision one run early to know it; it is the same decision, drawn sooner.
+that run's twin is warmed by running this one there (see the profiling engine). Ratio draws
+each decision one run early to know it (the same decisions, drawn sooner); EveryNth counts.
 Independently of the sampler,
 a run is profiled when forced, by :func:`profile_next_run` or by the baggage entry
 ``onnxruntime.profile=1`` (set by an upstream service, it travels with the trace).
@@ -24,7 +24,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -59,9 +59,6 @@ class Always(ProfileSampler):
     def should_profile(self, span_context: SpanContext) -> bool:
         return True
 
-    def profiles_next(self, span_context: SpanContext) -> bool:
-        return True
-
 
 class Never(ProfileSampler):
     """Profile no run (forced runs still are); the default."""
@@ -78,20 +75,20 @@ class Ratio(ProfileSampler):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"Ratio(p): p must be between 0 and 1, got {p!r}")
         self.p = p
-        self._ahead = _DrawnAhead(self._decide)
+        self._ahead = deque([_draw() < p])
+        """The next decision, drawn one ask early. Never empty: each ask draws before it takes
+        (concurrent asks each take one, maybe in another order: draws are independent)."""
         after_fork_in_child(self, Ratio._draw_anew)
 
-    def _decide(self) -> bool:
-        return _draw() < self.p
-
     def _draw_anew(self) -> None:
-        self._ahead = _DrawnAhead(self._decide)  # a forked child's decision is its own
+        self._ahead = deque([_draw() < self.p])  # a forked child's decision is its own
 
     def should_profile(self, span_context: SpanContext) -> bool:
-        return self._ahead.take()
+        self._ahead.append(_draw() < self.p)
+        return self._ahead.popleft()
 
     def profiles_next(self, span_context: SpanContext) -> bool:
-        return self._ahead.peek()
+        return self._ahead[0]
 
     def __repr__(self) -> str:
         return f"Ratio({self.p})"
@@ -148,23 +145,6 @@ _draw = _RANDOM.random
 os.register_at_fork(after_in_child=_RANDOM.seed)  # each child draws its own runs to profile
 
 
-class _DrawnAhead:
-    """A sampler's decisions drawn one ask early, so that the next one is known before it is
-    asked: the same sequence of decisions, each drawn sooner. Never empty (each ``take``
-    draws before it takes), so ``peek`` needs no lock; concurrent takes each get one."""
-
-    def __init__(self, draw: Callable[[], bool]) -> None:
-        self._draw = draw
-        self._decisions = deque([draw()])
-
-    def take(self) -> bool:
-        self._decisions.append(self._draw())
-        return self._decisions.popleft()
-
-    def peek(self) -> bool:
-        return self._decisions[0]
-
-
 def _check_type(value: object, kind: type[int] | type[float], what: str) -> None:
     """``TypeError`` unless ``value`` is a whole number (numpy's too) or, for ``float``, a
     real number; a bool is not a number here."""
@@ -188,17 +168,16 @@ class EveryNth(ProfileSampler):
         self.n = int(n)
         self.skip_first = int(skip_first)
         self._count = itertools.count(1 - skip_first)  # next() is atomic under the GIL
-        self._ahead = _DrawnAhead(self._decide)
-
-    def _decide(self) -> bool:
-        number = next(self._count)
-        return number > 0 and number % self.n == 0
+        self._last = -skip_first
+        """The number asked last (another thread's, maybe: the hint needs no lock)."""
 
     def should_profile(self, span_context: SpanContext) -> bool:
-        return self._ahead.take()
+        number = self._last = next(self._count)
+        return number > 0 and number % self.n == 0
 
     def profiles_next(self, span_context: SpanContext) -> bool:
-        return self._ahead.peek()
+        number = self._last + 1
+        return number > 0 and number % self.n == 0
 
     def __repr__(self) -> str:
         return f"EveryNth({self.n}, skip_first={self.skip_first})"

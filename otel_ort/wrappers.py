@@ -148,7 +148,7 @@ class RunTelemetry:
                 start = perf_counter()
             try:  # a selected run not profiled goes to ORT's own session, not to the twin
                 profiler = self._profiler
-                if profiled is None and profiler is not None and _to_twin(profiler, session, span):
+                if profiled is None and profiler is not None and profiler.serves(session, span):
                     result = profiler.run_unprofiled(wrapped, span, session, method, args, kwargs)
                 else:
                     result = wrapped(*args, **kwargs)
@@ -384,16 +384,6 @@ def _profile(
         with contextlib.suppress(Exception):
             profiler.record_skip(span, skipped)
         return skipped
-
-
-def _to_twin(profiler: Profiler, session: Any, span: Span) -> bool:
-    """Whether a run not selected is offered to the session's twin (``Profiler.serves``); not
-    when the sampler's hint raises, a bug of the user's reported like a hook's."""
-    try:
-        return profiler.serves(session, span)
-    except Exception:
-        report_failure("profile_sampler raised")
-        return False
 
 
 def _after_fallback(span: Span, session: Any) -> SessionFacts:

@@ -887,9 +887,10 @@ def test_a_group_closed_by_another_thread_fails_its_users_cleanly() -> None:
 
 
 def test_unprofiled_runs_on_a_pool_that_stays_on_are_set_aside(counter_factory: Any) -> None:
-    """Twin mode's warm-up runs the twin unprofiled while its pool's groups stay on: settled
-    before and set aside after, such runs leave the next profiled run's pool window with its
-    own work only (else it would hold five runs' more CPU, as between-nodes time)."""
+    """Twin mode's warm-up runs the twin unprofiled while its pool's groups stay on, holding
+    the pool, settled before and set aside after (as the profiler does): the profiled run
+    before it (not yet settled) and the one after each keep their own work only (else one
+    would hold five runs' more CPU, as between-nodes time)."""
     counter = counter_factory(
         matmul_chain(), (512, 512), ["task-clock"], stays_on=True, intra_op_num_threads=2
     )
@@ -902,9 +903,12 @@ def test_unprofiled_runs_on_a_pool_that_stays_on_are_set_aside(counter_factory: 
                    for t in threads)  # fmt: skip
 
     alone = pool_cpu(counter.counted()[2])
-    counter.pool.settle()
-    for _ in range(5):
-        counter.session.run({"x": counter.feed()})
-    counter.pool.set_aside()
-    after_unprofiled = pool_cpu(counter.counted()[2])
-    assert after_unprofiled < 2 * alone, (after_unprofiled, alone)
+    before = counter.counted()[2]  # not settled yet, as when the worker is busy
+    with counter.pool.lock:
+        counter.pool.settle()
+        for _ in range(5):
+            counter.session.run({"x": counter.feed()})
+        counter.pool.set_aside()
+    after = counter.counted()[2]
+    assert pool_cpu(before) < 2 * alone, (pool_cpu(before), alone)
+    assert pool_cpu(after) < 2 * alone, (pool_cpu(after), alone)

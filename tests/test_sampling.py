@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import random
 import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,7 @@ from otel_ort.sampling import (
     parse_sampler,
     take_forced,
 )
+from tests.conftest import run_threads
 
 SAMPLED = SpanContext(1, 1, False, TraceFlags(TraceFlags.SAMPLED))
 NOT_SAMPLED = SpanContext(1, 1, False, TraceFlags(TraceFlags.DEFAULT))
@@ -311,14 +313,12 @@ def test_rate_limited_works_in_a_forked_child() -> None:
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-@pytest.mark.parametrize(
-    "make", [lambda: Ratio(0.3), lambda: EveryNth(4, skip_first=3), Always, Never]
-)
+@pytest.mark.parametrize("make", [lambda: Ratio(0.3), lambda: EveryNth(4, skip_first=3)])
 def test_the_hint_is_the_next_decision_and_the_decisions_are_unchanged(
     make: Callable[[], ProfileSampler],
 ) -> None:
-    """Ratio and EveryNth draw each decision one ask early: the hint after an ask is the next
-    ask's answer (Never: no hint at all, like a sampler that cannot tell)."""
+    """Ratio draws each decision one ask early, EveryNth counts: the hint after an ask is the
+    next ask's answer."""
     sampler = make()
     hints, answers = [], []
     for _ in range(200):
@@ -327,6 +327,19 @@ def test_the_hint_is_the_next_decision_and_the_decisions_are_unchanged(
     assert hints[:-1] == answers[1:]
     if isinstance(sampler, EveryNth):
         assert [i + 1 for i, yes in enumerate(answers) if yes] == list(range(7, 201, 4))
+
+
+def test_every_nth_stays_exact_with_threads_asking_at_once() -> None:
+    sampler = EveryNth(7)
+    answers: list[bool] = []
+
+    def ask() -> None:
+        for _ in range(2000):
+            answers.append(sampler.should_profile(SAMPLED))
+            sampler.profiles_next(SAMPLED)
+
+    run_threads([threading.Thread(target=ask) for _ in range(8)])
+    assert sum(answers) == 16_000 // 7
 
 
 def test_a_sampler_without_a_hint_says_nothing_ahead() -> None:

@@ -15,6 +15,7 @@ from otel_ort import flush_profiles, profile_next_run, semconv
 from otel_ort.failures import failure_counts
 from otel_ort.sampling import EveryNth, ProfileSampler
 from tests.conftest import Telemetry, attrs, instrumentation
+from tests.perf_models import matmul_chain
 from tests.test_serve_mode import same, watched
 
 CPU = ["CPUExecutionProvider"]
@@ -142,6 +143,56 @@ def test_warm_ups_that_the_twin_cannot_take_go_to_the_session(
     assert session_runs.runs == 2
     assert run_marks(telemetry)[-3:] == ["warm-up", "", ""]
     assert sum(p.value for p in telemetry.points(semconv.METRIC_SERVE_FALLBACKS)) == 1
+
+
+def test_a_warm_up_leaves_the_next_profiled_runs_perf_counts_its_own(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """perf on (its default, software events here): the twin's pool counts stay on, and a
+    warm-up's are set aside, so the profiled run's time between nodes is not the warm-up's
+    pool work (a third of its total, were it kept: spinning off, nothing else runs there)."""
+    options = dict(
+        profile_sampler=EveryNth(2), profile_dir=str(tmp_path / "profiles"),
+        perf_events=["task-clock"],
+    )  # fmt: skip
+    feeds = {"x": np.ones((512, 512), np.float32)}
+    with instrumentation(**telemetry.providers, **options):
+        session_options = ort.SessionOptions()
+        session_options.intra_op_num_threads = 2
+        session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        session = ort.InferenceSession(matmul_chain(), session_options, providers=CPU)
+        session.run(None, feeds)
+        session.run(None, feeds)  # selected: asks for the twin
+        assert flush_profiles(timeout=60)
+        for _ in range(6):  # warm-up, profiled, three times
+            session.run(None, feeds)
+        assert flush_profiles(timeout=60)
+    assert run_marks(telemetry)[-6:] == ["warm-up", "profiled"] * 3
+    profiled = [
+        attrs(s) for s in telemetry.spans(semconv.SPAN_RUN) if attrs(s).get(semconv.RUN_PROFILED)
+    ]
+    for values in profiled:
+        assert values["perf.threads"] == 2
+        between, total = values["perf.between_nodes.task-clock"], values["perf.task-clock"]
+        assert between < 0.15 * total, (between, total)
+
+
+def test_no_warm_up_while_a_profiled_run_holds_the_twins_pool(
+    telemetry: Telemetry, tmp_path: Path, mlp_path: Path
+) -> None:
+    """Its counts must be its own: the run goes to the session instead."""
+    options = dict(profile_sampler=Announcing(), profile_dir=str(tmp_path / "profiles"))
+    with instrumentation(**telemetry.providers, **options):
+        session = ort.InferenceSession(mlp_path, providers=CPU)
+        ready_twin(session)
+        pool = session.__dict__["_otel_ort_twin"].pool
+        assert pool is not None and pool.stays_on  # perf's defaults: software events here
+        session_runs = watched(session)
+        with pool.lock:
+            session.run(None, X)
+        session.run(None, X)
+    assert session_runs.runs == 1
+    assert run_marks(telemetry)[-2:] == ["", "warm-up"]
 
 
 def test_a_hint_that_raises_is_reported_and_the_run_goes_to_the_session(

@@ -135,14 +135,11 @@ class Pool:
             self._unsettled = share
 
     def set_aside(self) -> None:
-        """(stays on) An unprofiled run on the twin has ended (twin mode warms the twin so):
-        read the threads now and drop what they counted since the last settle, which is no
-        profiled run's. Not while a profiled run is counted or waits to be settled: that
-        run's window then holds the rest of this one, as a run overlapping a profiled one
-        does (the warm-up's caller settled before it began)."""
+        """(stays on; the caller holds ``lock``, having settled before) An unprofiled run on
+        the twin has ended (twin mode's warm-up): read the threads now and drop what they
+        counted since, which is no profiled run's."""
         with self._settling:
-            if self._unsettled is None and not self.lock.locked():
-                self._take(Share(self, self.groups, None))
+            self._take(Share(self, self.groups, None))
 
     def settle(self) -> None:
         """Take the last stopped run's reads and ring bytes, unless that was done already;

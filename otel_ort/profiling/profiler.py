@@ -4,7 +4,9 @@ run-level profiling; a background worker turns each profile into spans and a kep
 Request thread (``attempt``): find the session's twin (or ask the worker to build one and run
 normally this time), run the twin with a fresh profile prefix, return its outputs. Anything
 that prevents profiling returns a skip reason instead, and the caller runs ORT normally:
-profiling never changes what a run returns or raises.
+profiling never changes what a run returns or raises. Runs not selected may run on the twin
+too (``serves``): all it can take in serve mode; in twin mode, the run before one the sampler
+expects to profile (a warm-up: the profiled run then finds the twin's caches warm).
 
 Worker (``finish``): read the profile, hang node and kernel spans under the run span, end the
 run span (at the time the run ended), write the enriched Chrome JSON, apply retention.
@@ -23,7 +25,8 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -72,7 +75,7 @@ from otel_ort.profiling.twin import (
     twin_config,
 )
 from otel_ort.profiling.worker import Worker
-from otel_ort.sampling import PROFILE_BAGGAGE_KEY, Never, take_forced
+from otel_ort.sampling import PROFILE_BAGGAGE_KEY, Never, ProfileSampler, take_forced
 from otel_ort.session_facts import facts_for
 from otel_ort.spans import SpanBuilder
 from otel_ort.version import __version__
@@ -123,6 +126,8 @@ class Profiler:
     ) -> None:
         self.sampler = options.sampler
         self._sampled = type(self.sampler) is not Never  # Never: no call per run
+        self._hints = type(self.sampler).profiles_next is not ProfileSampler.profiles_next
+        """The sampler can tell a profiled run ahead (else twin mode asks no hint)."""
         self.serve_mode = options.mode == "serve"
         """Twins run every unprofiled run they can (see ``serves``)."""
         self._options = options
@@ -194,13 +199,16 @@ class Profiler:
         after, when the twin is ready (it warms the twin's caches for that run)."""
         if self.serve_mode:
             return True
+        if not self._hints:
+            return False
         twin: Twin | None = session.__dict__.get(_TWIN_KEY)
-        return (
-            twin is not None
-            and twin.state == "ready"
-            and self._sampled
-            and self.sampler.profiles_next(span.get_span_context())
-        )
+        if twin is None or twin.state != "ready" or not twin.serves_unprofiled:
+            return False
+        try:
+            return self.sampler.profiles_next(span.get_span_context())
+        except Exception:  # a bug of the user's sampler, reported like a hook's
+            report_failure("profile_sampler raised")
+            return False
 
     def run_unprofiled(
         self,
@@ -264,22 +272,17 @@ class Profiler:
     ) -> list[Any] | None:
         """The twin's outputs; ``None`` if it fails (counted, but for a terminated run):
         ORT's own run then returns or raises as it would. A pool whose counters stay on (twin
-        mode) is settled first, so a profiled run before keeps none of this run's counts, and
-        read again after it, so the next one gets none either (a read per pool thread, paid
-        by this unprofiled run rather than by the profiled one)."""
+        mode's warm-up) is held for the run, as a profiled run holds it (``None`` if one does:
+        a profiled run that comes meanwhile waits), and its counts are set aside."""
         termination = None
         pool = twin.pool if twin.pool is not None and twin.pool.stays_on else None
+        if pool is not None and not pool.lock.acquire(blocking=False):
+            return None
         try:
-            if pool is not None:
-                pool.settle()
-            with following_terminate(run_options) as termination:
-                try:
-                    outputs, _ = twin.run(
-                        feeds, output_names or None, termination=termination, **arguments
-                    )
-                finally:
-                    if pool is not None:
-                        _set_aside(pool)
+            with following_terminate(run_options) as termination, _set_aside(pool):
+                outputs, _ = twin.run(
+                    feeds, output_names or None, termination=termination, **arguments
+                )
             return outputs
         except Exception as exc:
             if termination is not None and termination.requested:
@@ -289,6 +292,9 @@ class Profiler:
             if isinstance(exc, UnsupportedOutput):  # the model's: stop rather than fail again
                 twin.serves_unprofiled = False
             return None
+        finally:
+            if pool is not None:
+                pool.lock.release()
 
     def _run_profiled(
         self, twin: Twin, feeds: dict[str, Any], output_names: Any, run_options: Any
@@ -812,12 +818,22 @@ def _takes(function: Callable[..., Any], parameter: str) -> bool:
     return parameter in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
-def _set_aside(pool: Pool) -> None:
-    """``pool.set_aside()``: a problem is reported, not raised, as the run succeeded."""
+@contextmanager
+def _set_aside(pool: Pool | None) -> Iterator[None]:
+    """Around an unprofiled run on a held ``pool`` that stays on: settle it before (a profiled
+    run's window ends there), set the run's counts aside after. A problem is reported, not
+    raised: the run is the caller's."""
+    if pool is None:
+        yield
+        return
+    pool.settle()
     try:
-        pool.set_aside()
-    except Exception:
-        report_failure("could not set a warm-up run's perf counts aside")
+        yield
+    finally:
+        try:
+            pool.set_aside()
+        except Exception:
+            report_failure("could not set a warm-up run's perf counts aside")
 
 
 def _end(span: Span, end_ns: int, problem: str) -> None:
