@@ -88,7 +88,7 @@ CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 
 class Scripted(ProfileSampler):
     """Profiles the runs the bench announces with ``next_profiled``, and knows each one run
-    ahead, as ``Ratio`` and ``EveryNth`` do (they draw one run ahead)."""
+    ahead, as ``Ratio`` (drawing one run ahead) and ``EveryNth`` (counting) do."""
 
     def __init__(self) -> None:
         self._decisions: list[bool] = []

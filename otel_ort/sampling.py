@@ -5,9 +5,9 @@ A profile sampler is asked once per run, on the request thread, after the run sp
 asks ``profiles_next(span_context)``, a hint: when it says the next run is likely profiled,
 that run's twin is warmed by running this one there (see the profiling engine). Ratio draws
 each decision one run early to know it (the same decisions, drawn sooner); EveryNth counts.
-Independently of the sampler,
-a run is profiled when forced, by :func:`profile_next_run` or by the baggage entry
-``onnxruntime.profile=1`` (set by an upstream service, it travels with the trace).
+Independently of the sampler, a run is profiled when forced, by :func:`profile_next_run` or
+by the baggage entry ``onnxruntime.profile=1`` (set by an upstream service, it travels with
+the trace).
 
 ``OTEL_ORT_PROFILE_SAMPLER`` spells a sampler as text; :func:`parse_sampler` reads it.
 """
