@@ -3,6 +3,8 @@ so the profiled run finds it warm. Real sessions; the user's session is watched,
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -79,22 +81,33 @@ class Silent(ProfileSampler):
         return self.asked % 2 == 0
 
 
-def ready_twin(session: ort.InferenceSession) -> None:
-    """Build and prime ``session``'s twin (a forced run, not profiled), and wait for it."""
+def ready_twin(session: ort.InferenceSession) -> list[Any]:
+    """Build and prime ``session``'s twin (a forced run, not profiled: its outputs are ORT's,
+    returned), and wait for it."""
     with profile_next_run():
-        session.run(None, X)
+        outputs: list[Any] = session.run(None, X)
     assert flush_profiles(timeout=60)
     twin = session.__dict__["_otel_ort_twin"]
     assert twin.state == "ready", twin.reason
+    return outputs
+
+
+@contextmanager
+def ready_session(
+    telemetry: Telemetry, tmp_path: Path, mlp_path: Path, sampler: ProfileSampler
+) -> Iterator[tuple[ort.InferenceSession, list[Any]]]:
+    """An instrumented session of the MLP profiled by ``sampler``, its twin ready; and ORT's
+    outputs for ``X``."""
+    options = dict(profile_sampler=sampler, profile_dir=str(tmp_path / "profiles"))
+    with instrumentation(**telemetry.providers, **options):
+        session = ort.InferenceSession(mlp_path, providers=CPU)
+        yield session, ready_twin(session)
 
 
 def test_no_warm_up_without_a_hint_before_forced_or_silent_samplers_runs(
     telemetry: Telemetry, tmp_path: Path, mlp_path: Path
 ) -> None:
-    options = dict(profile_sampler=Silent(), profile_dir=str(tmp_path / "profiles"))
-    with instrumentation(**telemetry.providers, **options):
-        session = ort.InferenceSession(mlp_path, providers=CPU)
-        ready_twin(session)
+    with ready_session(telemetry, tmp_path, mlp_path, Silent()) as (session, _):
         for _ in range(4):
             session.run(None, X)
         with profile_next_run():
@@ -128,11 +141,7 @@ def test_warm_ups_that_the_twin_cannot_take_go_to_the_session(
 ) -> None:
     """A run ORT refuses fails on the twin, then raises ORT's own error (counted as a fallback);
     a call whose options the twin cannot reproduce goes straight to ORT."""
-    options = dict(profile_sampler=Announcing(), profile_dir=str(tmp_path / "profiles"))
-    with instrumentation(**telemetry.providers, **options):
-        session = ort.InferenceSession(mlp_path, providers=CPU)
-        expected = session.run(None, X)
-        ready_twin(session)
+    with ready_session(telemetry, tmp_path, mlp_path, Announcing()) as (session, expected):
         session_runs = watched(session)
         assert same(session.run(None, X), expected)
         only_path = ort.RunOptions()
@@ -181,10 +190,7 @@ def test_no_warm_up_while_a_profiled_run_holds_the_twins_pool(
     telemetry: Telemetry, tmp_path: Path, mlp_path: Path
 ) -> None:
     """Its counts must be its own: the run goes to the session instead."""
-    options = dict(profile_sampler=Announcing(), profile_dir=str(tmp_path / "profiles"))
-    with instrumentation(**telemetry.providers, **options):
-        session = ort.InferenceSession(mlp_path, providers=CPU)
-        ready_twin(session)
+    with ready_session(telemetry, tmp_path, mlp_path, Announcing()) as (session, _):
         pool = session.__dict__["_otel_ort_twin"].pool
         assert pool is not None and pool.stays_on  # perf's defaults: software events here
         session_runs = watched(session)
@@ -203,11 +209,7 @@ def test_a_hint_that_raises_is_reported_and_the_run_goes_to_the_session(
             raise ValueError("hint bug")
 
     before = failure_counts().get("profile_sampler raised", 0)
-    options = dict(profile_sampler=Broken(), profile_dir=str(tmp_path / "profiles"))
-    with instrumentation(**telemetry.providers, **options):
-        session = ort.InferenceSession(mlp_path, providers=CPU)
-        expected = session.run(None, X)  # no twin yet: the hint is not asked
-        ready_twin(session)
+    with ready_session(telemetry, tmp_path, mlp_path, Broken()) as (session, expected):
         session_runs = watched(session)
         outputs: Any = session.run(None, X)
     assert same(outputs, expected) and session_runs.runs == 1
