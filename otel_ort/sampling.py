@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
-import os
 import random
 import re
 import threading
@@ -142,7 +141,8 @@ _RANDOM = random.Random()
 """Ratio's own generator: drawing from ``random``'s would shift the user's seeded stream."""
 _draw = _RANDOM.random
 
-os.register_at_fork(after_in_child=_RANDOM.seed)  # each child draws its own runs to profile
+after_fork_in_child(_RANDOM, random.Random.seed)  # each child draws its own runs to profile;
+# registered before any Ratio, so reseeded before a Ratio's next decision is drawn anew
 
 
 def _check_type(value: object, kind: type[int] | type[float], what: str) -> None:

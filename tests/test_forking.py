@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_ort import failures, session_facts
+from otel_ort import failures, forking, session_facts
 from otel_ort.capi import library
 from otel_ort.export import OtlpJsonFileSpanExporter
 from otel_ort.perf import pfm
@@ -75,6 +75,24 @@ def test_otel_orts_locks_are_free_in_a_forked_child(tmp_path: Path) -> None:
         assert locked_in_child(locks) == dict.fromkeys(locks, False)
     finally:
         file_exporter.shutdown()
+
+
+def test_a_dead_owners_repair_is_forgotten() -> None:
+    before = len(forking._repairs)
+    for _ in range(200):
+        RateLimited(1.0)  # registers a lock renewal, then dies
+    RateLimited(1.0)
+    assert len(forking._repairs) <= before + 1
+
+
+def test_a_repair_that_raises_does_not_stop_the_others() -> None:
+    class Owner:
+        pass
+
+    broken = Owner()
+    forking.after_fork_in_child(broken, lambda owner: 1 / 0)
+    limiter = RateLimited(1.0)  # its repair comes after the broken one
+    assert locked_in_child({"RateLimited": lambda: limiter._lock}) == {"RateLimited": False}
 
 
 class HeldExporter(InMemorySpanExporter):

@@ -387,3 +387,4 @@ def test_a_ratio_made_before_a_fork_draws_the_childs_next_decision_anew() -> Non
         _, status = os.waitpid(pid, 0)
         children.append(bool(os.waitstatus_to_exitcode(status)))
     assert children != [parents] * 20
+    assert set(children) == {False, True}  # reseeded before the redraw: each child its own
