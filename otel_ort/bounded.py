@@ -20,15 +20,19 @@ def call_within(
     calls: Sequence[Callable[[], object]], timeout: float | None, what: str, name: str
 ) -> bool:
     """Start ``calls`` together, each in a daemon thread, and wait for them up to ``timeout``
-    seconds (``None``: as long as they take); ``True`` if all returned. One still running
-    goes on in the background (a daemon thread, ``name``d, does not hold the interpreter's
-    exit). An exception is logged, naming ``what``. Where no thread can be started (Python
-    3.12.0-3.12.2 at interpreter exit), each runs here in turn, with no time limit."""
+    seconds (``None``: as long as they take); ``True`` if all returned in time and none
+    failed (returned ``False`` or raised: an exception is logged, naming ``what``). One still
+    running goes on in the background (a daemon thread, ``name``d, does not hold the
+    interpreter's exit). Where no thread can be started (Python 3.12.0-3.12.2 at interpreter
+    exit), each runs here in turn, with no time limit."""
+    failed: list[Callable[[], object]] = []
 
     def guarded(call: Callable[[], object]) -> None:
         try:
-            call()
+            if call() is False:
+                failed.append(call)
         except Exception as exc:
+            failed.append(call)
             _logger.warning("otel-ort: %s raised %r", what, exc)
 
     threads = []
@@ -44,4 +48,4 @@ def call_within(
     deadline = None if timeout is None else time.monotonic() + timeout
     for thread in threads:
         thread.join(None if deadline is None else seconds_left(deadline))
-    return not any(thread.is_alive() for thread in threads)
+    return not failed and not any(thread.is_alive() for thread in threads)

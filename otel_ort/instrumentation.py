@@ -87,7 +87,8 @@ class OrtInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
 def flush_profiles(timeout: float | None = None) -> bool:
     """Wait until profiled runs so far are converted (and twins being built are ready), then
-    flush the tracer provider; ``False`` if ``timeout`` seconds were not enough. For batch
+    flush the tracer provider; ``False`` if ``timeout`` seconds were not enough or the
+    provider's flush failed (a span processor's ``force_flush`` said so). For batch
     jobs and tests; interpreter exit does the same by itself."""
     profiler = OrtInstrumentor()._profiler
     return True if profiler is None else bool(profiler.flush(timeout))

@@ -89,8 +89,11 @@ def test_a_repair_that_raises_does_not_stop_the_others() -> None:
     class Owner:
         pass
 
+    def fail(owner: Owner) -> None:
+        raise RuntimeError("broken repair")
+
     broken = Owner()
-    forking.after_fork_in_child(broken, lambda owner: 1 / 0)
+    forking.after_fork_in_child(broken, fail)
     limiter = RateLimited(1.0)  # its repair comes after the broken one
     assert locked_in_child({"RateLimited": lambda: limiter._lock}) == {"RateLimited": False}
 

@@ -765,6 +765,18 @@ def test_terminate_still_reaches_a_twin_run_that_uninstrument_waits_for(
     assert len(errors) == 1 and "terminate flag" in str(errors[0])
 
 
+def test_flush_profiles_says_when_a_span_processors_flush_failed(profile_dir: Path) -> None:
+    """The SDK's batch processor's ``force_flush`` returns False once it is shut down."""
+    provider = TracerProvider()
+    processor = BatchSpanProcessor(InMemorySpanExporter())
+    provider.add_span_processor(processor)
+    with instrumentation(tracer_provider=provider, profile_dir=str(profile_dir)):
+        assert flush_profiles(timeout=10)
+        processor.shutdown()  # type: ignore[no-untyped-call]
+        assert not flush_profiles(timeout=10)
+    provider.shutdown()
+
+
 def test_uninstrument_flushes_a_provider_whose_force_flush_takes_no_timeout(
     profile_dir: Path, mlp_path: Path
 ) -> None:

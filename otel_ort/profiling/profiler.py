@@ -703,8 +703,9 @@ class Profiler:
     def _flush_provider(self, deadline: float | None) -> bool:
         """Flush the tracer provider's span processors together, waiting for them until
         ``deadline`` (``time.monotonic()``; ``None``: no limit); ``False`` if one had not
-        finished by then. (The SDK's flush exports every queued span whatever
-        ``timeout_millis`` says; one still running at the deadline goes on in the background.)"""
+        finished by then or failed (returned ``False`` or raised). (The SDK's flush exports
+        every queued span whatever ``timeout_millis`` says; one still running at the deadline
+        goes on in the background.)"""
         timeout = None if deadline is None else seconds_left(deadline)
         calls = [
             partial(flush, timeout_millis=int(timeout * 1000))
@@ -716,7 +717,7 @@ class Profiler:
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait for pending twin builds and conversions, then flush the tracer provider;
-        ``False`` if that took more than ``timeout`` seconds."""
+        ``False`` if that took more than ``timeout`` seconds or the provider's flush failed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         done = self.worker.drain(timeout)
         return self._flush_provider(deadline) and done
@@ -739,8 +740,9 @@ class Profiler:
             )
         if not self._flush_provider(deadline):
             _logger.warning(
-                "otel-ort: the tracer provider's flush had not finished at shutdown after %g "
-                "s; the spans it was still exporting are left to the provider's own shutdown",
+                "otel-ort: the tracer provider's flush failed or had not finished at shutdown "
+                "after %g s; the spans it was still exporting are left to the provider's own "
+                "shutdown",
                 timeout,
             )
         running = [twin for twin in list(self._twins) if not twin.close(seconds_left(deadline))]
