@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from itertools import islice
 from typing import Any
 
+from otel_ort.text_limits import clip
+
 MAX_DESCRIBED_INPUTS = 64
 """Inputs beyond this many are summarised as one ``+N more`` entry (bounded attribute size)."""
 
@@ -22,9 +24,10 @@ reusing the string also spares the exporter's queue a new object per run."""
 def describe_feeds(feeds: Mapping[str, Any]) -> tuple[str, ...]:
     """``{name: value}`` → ``("x:float32[64,256]", ...)``, at most 64 entries plus a count."""
     if len(feeds) <= MAX_DESCRIBED_INPUTS:
-        return tuple([describe_value(name, value) for name, value in feeds.items()])
+        return tuple([clip(describe_value(name, value)) for name, value in feeds.items()])
     described = [
-        describe_value(name, value) for name, value in islice(feeds.items(), MAX_DESCRIBED_INPUTS)
+        clip(describe_value(name, value))
+        for name, value in islice(feeds.items(), MAX_DESCRIBED_INPUTS)
     ]
     described.append(f"+{len(feeds) - MAX_DESCRIBED_INPUTS} more")
     return tuple(described)

@@ -23,6 +23,7 @@ from opentelemetry.util.types import AttributeValue
 from otel_ort import semconv
 from otel_ort.failures import report_failure
 from otel_ort.forking import renew_locks_in_child
+from otel_ort.text_limits import clip
 
 _CACHE_ATTR = "_otel_ort_facts"
 _SESSION_IDS = itertools.count(1)
@@ -75,7 +76,7 @@ def model_label(session: Any) -> str:
     """
     path = getattr(session, "_model_path", None)
     if path:
-        return str(path)
+        return clip(str(path))
     data = getattr(session, "_model_bytes", None)
     if isinstance(data, bytes | bytearray | memoryview):
         digest = hashlib.sha256(data, usedforsecurity=False).hexdigest()[:16]
@@ -116,9 +117,9 @@ def _collect(session: Any, previous: SessionFacts | None, model: str) -> Session
     }
     try:
         meta = session.get_modelmeta()
-        run[semconv.MODEL_GRAPH_NAME] = str(meta.graph_name)
+        run[semconv.MODEL_GRAPH_NAME] = clip(str(meta.graph_name))
         if meta.producer_name:
-            run[semconv.MODEL_PRODUCER] = str(meta.producer_name)
+            run[semconv.MODEL_PRODUCER] = clip(str(meta.producer_name))
     except Exception:  # a session ORT cannot describe still gets its spans
         report_failure("could not read the model metadata")
     run[semconv.RUN_PROFILED] = False

@@ -8,7 +8,8 @@ attributes that are valid by construction, then handed to its span processors by
 :mod:`otel_ort.delivery`. Span processors' ``on_start`` is not called for them.
 
 The provider's span limits apply (``OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT``,
-``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``), as to its own spans.
+``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``), as to its own spans; names from the profile are clipped
+to :data:`otel_ort.text_limits.MAX_TEXT` characters whatever they say.
 
 A node that a control-flow node (Loop, If, Scan) runs inside its window is its child span,
 not its sibling. Time: absolute ns = ``profile.start_ns`` + ``ts`` µs. A node span covers its
@@ -38,6 +39,7 @@ from opentelemetry.util.types import AttributeValue
 from otel_ort import semconv
 from otel_ort.gc_pause import gc_paused
 from otel_ort.profiling.model import KernelRecord, NodeRecord, Profile, RunRecord, holders
+from otel_ort.text_limits import clip
 from otel_ort.version import __version__
 
 DEFAULT_MAX_NODE_SPANS = 10_000
@@ -157,7 +159,7 @@ class SpanBuilder:
             attributes.update(more.get(id(node), {}))
             above = parent if holder is None else contexts[holder]
             start, end = extents[at]
-            spans.append(self._span(node.name, contexts[at], above, attributes, start, end))
+            spans.append(self._span(clip(node.name), contexts[at], above, attributes, start, end))
         for kernel in unmatched:
             spans.append(self._kernel_span(kernel, trace_id, parent, base, True))
         summary: dict[str, AttributeValue] = {
@@ -208,7 +210,7 @@ class SpanBuilder:
             attributes[semconv.KERNEL_UNMATCHED] = True
         start = base + int(kernel.ts * 1000)
         return self._span(
-            kernel.name, context, parent, attributes, start, start + int(kernel.dur * 1000)
+            clip(kernel.name), context, parent, attributes, start, start + int(kernel.dur * 1000)
         )
 
     def _span(
@@ -248,7 +250,7 @@ def _left_out_summary(nodes: list[NodeRecord]) -> dict[str, AttributeValue]:
         total[node.op_type] += node.dur
     op_types = sorted(count, key=lambda op: total[op], reverse=True)
     return {
-        semconv.RUN_NOT_EMITTED_OP_TYPES: tuple(op_types),
+        semconv.RUN_NOT_EMITTED_OP_TYPES: tuple(clip(op) for op in op_types),
         semconv.RUN_NOT_EMITTED_COUNTS: tuple(count[op] for op in op_types),
         semconv.RUN_NOT_EMITTED_DURATIONS_US: tuple(float(total[op]) for op in op_types),
     }
@@ -277,9 +279,9 @@ def _depth(at: int, held_by: Mapping[int, int | None]) -> int:
 
 def _node_attributes(node: NodeRecord) -> dict[str, AttributeValue]:
     attributes: dict[str, AttributeValue] = {
-        semconv.NODE_NAME: node.name,
-        semconv.NODE_OP_TYPE: node.op_type,
-        semconv.NODE_PROVIDER: node.provider,
+        semconv.NODE_NAME: clip(node.name),
+        semconv.NODE_OP_TYPE: clip(node.op_type),
+        semconv.NODE_PROVIDER: clip(node.provider),
         semconv.NODE_DURATION_US: float(node.dur),
     }
     tid = _int(node.tid)
@@ -335,7 +337,7 @@ def _thread_summary(stats: dict[str, Any]) -> dict[str, AttributeValue]:
     main = stats.get("main_thread")
     if isinstance(main, dict):
         if isinstance(main.get("thread_pool_name"), str):
-            summary[semconv.NODE_THREAD_POOL] = main["thread_pool_name"]
+            summary[semconv.NODE_THREAD_POOL] = clip(main["thread_pool_name"])
         for key, name in (
             ("Run", semconv.NODE_MAIN_THREAD_RUN_US),
             ("Wait", semconv.NODE_MAIN_THREAD_WAIT_US),
@@ -353,9 +355,9 @@ def _thread_summary(stats: dict[str, Any]) -> dict[str, AttributeValue]:
 
 def _kernel_attributes(kernel: KernelRecord) -> dict[str, AttributeValue]:
     args = kernel.args
-    attributes: dict[str, AttributeValue] = {semconv.KERNEL_NAME: kernel.name}
+    attributes: dict[str, AttributeValue] = {semconv.KERNEL_NAME: clip(kernel.name)}
     if isinstance(args.get("op_name"), str):
-        attributes[semconv.KERNEL_OP_NAME] = args["op_name"]
+        attributes[semconv.KERNEL_OP_NAME] = clip(args["op_name"])
     for prefix, name in (("grid_", semconv.KERNEL_GRID), ("block_", semconv.KERNEL_BLOCK)):
         dims = [_int(args.get(prefix + axis)) for axis in "xyz"]
         if all(d is not None for d in dims):

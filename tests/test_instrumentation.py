@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnxruntime.capi import onnxruntime_inference_collection as collection
@@ -24,6 +25,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from otel_ort import OrtInstrumentor, semconv, session_facts
 from otel_ort.failures import failure_counts
+from otel_ort.text_limits import MAX_TEXT
 from tests.conftest import Telemetry, attrs, instrumentation, run_threads
 from tests.models import numeric_types_model, string_model
 
@@ -49,6 +51,26 @@ def test_run_span_attributes(instrumented: Telemetry, mlp_path: Path) -> None:
     assert attributes[semconv.RUN_INPUTS] == ("x:float32[4,32]",)
     assert attributes[semconv.RUN_METHOD] == "run"
     assert attributes[semconv.RUN_PROFILED] is False
+
+
+def test_run_span_texts_are_bounded(instrumented: Telemetry, tmp_path: Path) -> None:
+    """A model's path and metadata and an input's name are as long as the user makes them;
+    the SDK bounds none by default."""
+    deep = tmp_path.joinpath(*["d" * 200] * 8)  # a path of over 1,600 characters
+    deep.mkdir(parents=True)
+    model = deep / "m.onnx"
+    proto = onnx.load_from_string(string_model())
+    proto.graph.name = "g" * 5000
+    model.write_bytes(proto.SerializeToString())
+    session = cpu_session(model)
+    with pytest.raises(ValueError, match="missing from input feed"):  # ORT's own check
+        session.run(None, {"n" * 5000: np.array(["a"], dtype=object)})
+    (span,) = instrumented.spans(semconv.SPAN_RUN)
+    attributes = attrs(span)
+    for key in (semconv.MODEL_PATH, semconv.MODEL_GRAPH_NAME):
+        value = attributes[key]
+        assert isinstance(value, str) and len(value) == MAX_TEXT and value.endswith("…")
+    assert [len(text) for text in attributes[semconv.RUN_INPUTS]] == [MAX_TEXT]
 
 
 def test_run_span_is_child_of_current_span(instrumented: Telemetry, mlp_path: Path) -> None:

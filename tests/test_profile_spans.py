@@ -18,6 +18,7 @@ from otel_ort import semconv
 from otel_ort.delivery import SpanDelivery
 from otel_ort.profiling import read_profile
 from otel_ort.spans import SpanBuilder
+from otel_ort.text_limits import MAX_TEXT
 from tests.conftest import attrs
 from tests.otlp_receiver import OtlpReceiver
 from tests.profiles import (
@@ -185,18 +186,30 @@ def test_the_longest_unmatched_kernels_fill_what_the_cap_leaves(tmp_path: Path) 
 
 def test_the_providers_span_limits_apply_to_profile_spans(tmp_path: Path) -> None:
     long_name = "encoder/" + "layer/" * 200 + "MatMul"  # 1,214 characters
+    kernel_name = "void gemm<" + "float, " * 300 + ">"
     events = [model_run(0, 100), node_event(long_name, "MatMul", 10, 20)]
-    events.append(kernel_event("void gemm<" + "float, " * 300 + ">", "MatMul", 12, 5))
+    events.append(kernel_event(kernel_name, "MatMul", 12, 5))
     path = write(tmp_path / "long.json", events)
-    for limits in (SpanLimits(max_span_attribute_length=64), SpanLimits(max_span_attributes=3)):
+    unlimited = SpanLimits()  # the SDK's default: no bound on attribute values
+    for limits in (
+        unlimited,
+        SpanLimits(max_span_attribute_length=64),
+        SpanLimits(max_span_attributes=3),
+    ):
         memory = InMemorySpanExporter()
         provider = TracerProvider(span_limits=limits)
         provider.add_span_processor(BatchSpanProcessor(memory))
         convert(path, provider)
         provider.shutdown()
         spans = memory.get_finished_spans()
-        (node,) = [span for span in spans if span.name == long_name]
-        if limits.max_span_attribute_length:
+        (node,) = [span for span in spans if span.name.startswith("encoder/")]
+        (kernel,) = [span for span in spans if span.name.startswith("void gemm<")]
+        if limits is unlimited:  # otel-ort's own bound on names from the profile
+            for span, name in ((node, long_name), (kernel, kernel_name)):
+                assert span.name == name[: MAX_TEXT - 1] + "…"
+            assert attrs(node)[semconv.NODE_NAME] == node.name
+            assert attrs(kernel)[semconv.KERNEL_NAME] == kernel.name
+        elif limits.max_span_attribute_length:
             assert attrs(node)[semconv.NODE_NAME] == long_name[:64]
             assert all(len(v) <= 64 for s in spans for v in attrs(s).values() if isinstance(v, str))
         else:
