@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail
@@ -32,6 +33,7 @@ from otel_ort.capi import CSession, SessionConfig
 from otel_ort.failures import failure_counts
 from otel_ort.profiling import recorded_options
 from otel_ort.profiling.store import ProfileDirError
+from otel_ort.profiling.twin import twin_config
 from otel_ort.sampling import Always, EveryNth, Never, ProfileSampler, Ratio
 from tests.conftest import Telemetry, attrs, held_runs, instrumentation, run_threads
 from tests.models import reshape_model, string_model, typed_cases
@@ -156,6 +158,11 @@ def test_three_threads_two_profiled_two_files_two_trees(
 ) -> None:
     session = ort.InferenceSession(mlp_path, providers=CPU)
     ready(session, X)
+    with profile_next_run():  # alone: how many nodes one run has
+        session.run(None, X)
+    assert flush_profiles(timeout=60)
+    (alone,) = profiled_spans(profiling)
+    nodes_per_run = len(children_of(profiling, alone))
     profiling.exporter.clear()
     for path in profile_files(profile_dir):
         path.unlink()
@@ -185,12 +192,11 @@ def test_three_threads_two_profiled_two_files_two_trees(
         document = json.loads(Path(str(attrs(span)[semconv.PROFILE_FILE])).read_text())
         events = [e for e in document["traceEvents"] if e["ph"] == "X"]
         assert sum(e["name"] == "model_run" for e in events) == 1
-        assert {e["tid"] for e in events if e["cat"] == "Node"} <= {
-            thread_ids["t1"],
-            thread_ids["t3"],
-        }
+        node_events = [e for e in events if e["cat"] == "Node"]
+        assert len(node_events) == nodes_per_run  # its own run's nodes, no other's
+        assert len({e["tid"] for e in node_events}) == 1  # all on its own caller's thread
         nodes = children_of(profiling, span)
-        assert len(nodes) == attrs(span)[semconv.RUN_NODE_COUNT]
+        assert len(nodes) == attrs(span)[semconv.RUN_NODE_COUNT] == nodes_per_run
     assert {node_thread(s) for s in spans} == {thread_ids["t1"], thread_ids["t3"]}
 
 
@@ -199,23 +205,32 @@ def node_thread(span: ReadableSpan) -> int:
     return int(next(e["tid"] for e in document["traceEvents"] if e.get("cat") == "Node"))
 
 
+@pytest.mark.parametrize("forced", [False, True], ids=["sampled", "sampled and forced"])
 def test_session_level_profiling_of_the_user_is_left_alone(
-    profiling: Telemetry, profile_dir: Path, mlp_path: Path, tmp_path: Path
+    telemetry: Telemetry, profile_dir: Path, mlp_path: Path, tmp_path: Path, forced: bool
 ) -> None:
-    options = ort.SessionOptions()
-    options.enable_profiling = True
-    options.profile_file_prefix = str(tmp_path / "user")
-    session = ort.InferenceSession(mlp_path, options, providers=CPU)
-    ready(session, X)
-    with profile_next_run():
-        session.run(None, X)
-    session.run(None, X)
-    assert flush_profiles(timeout=60)
-    user_file = Path(session.end_profiling())
+    with instrumentation(
+        **telemetry.providers, profile_dir=str(profile_dir), profile_sampler=EveryNth(3)
+    ):
+        options = ort.SessionOptions()
+        options.enable_profiling = True
+        options.profile_file_prefix = str(tmp_path / "user")
+        session = ort.InferenceSession(mlp_path, options, providers=CPU)
+        ready(session, X)  # a forced run, which ORT's session runs while the twin is built
+        if forced:  # forced runs are not the sampler's to count
+            with profile_next_run():
+                session.run(None, X)
+        for _ in range(4):
+            session.run(None, X)  # the third is sampled
+        assert flush_profiles(timeout=60)
+        user_file = Path(session.end_profiling())
     user_events = json.loads(user_file.read_text())
-    # the user's file holds the two runs ORT's own session made, not the twin's profiled one
-    assert sum(e["name"] == "model_run" for e in user_events) == 2
-    assert len(profile_files(profile_dir)) == 1  # the priming run is not kept
+    # the user's file holds the four runs ORT's own session made (no warm-up went to the
+    # twin: a session profiling itself gets none), not the twin's profiled ones
+    assert sum(e["name"] == "model_run" for e in user_events) == 4
+    profiled = 2 if forced else 1
+    assert len(profile_files(profile_dir)) == profiled  # the priming run is not kept
+    assert len(profiled_spans(telemetry)) == profiled
 
 
 def test_runs_that_cannot_go_to_the_twin_say_why(profiling: Telemetry, mlp_path: Path) -> None:
@@ -238,7 +253,13 @@ def test_runs_that_cannot_go_to_the_twin_say_why(profiling: Telemetry, mlp_path:
         session.run(None, X, only_path)
     with profile_next_run(), pytest.raises(TypeError):  # ORT's to refuse, as ever
         session.run(None, X, {"terminate": False})
-    reasons = [attrs(s).get(semconv.PROFILE_SKIP_REASON) for s in run_spans(profiling)]
+    binding = session.io_binding()
+    binding.bind_cpu_input("x", X["x"])
+    binding.bind_output(session.get_outputs()[0].name)
+    with profile_next_run():
+        session.run_with_iobinding(binding)
+    spans = run_spans(profiling)
+    reasons = [attrs(s).get(semconv.PROFILE_SKIP_REASON) for s in spans]
     assert reasons == [
         semconv.SKIP_VALUE,
         semconv.SKIP_METHOD,
@@ -246,8 +267,11 @@ def test_runs_that_cannot_go_to_the_twin_say_why(profiling: Telemetry, mlp_path:
         semconv.SKIP_TWIN_ERROR,
         semconv.SKIP_TWIN_UNAVAILABLE,
         semconv.SKIP_VALUE,
+        semconv.SKIP_METHOD,
     ]
-    assert all(len(str(attrs(s)[semconv.PROFILE_SKIP_DETAIL])) <= 512 for s in run_spans(profiling))
+    assert "run_with_iobinding" in str(attrs(spans[-1])[semconv.PROFILE_SKIP_DETAIL])
+    assert all(len(str(attrs(s)[semconv.PROFILE_SKIP_DETAIL])) <= 512 for s in spans)
+    np.testing.assert_array_equal(binding.copy_outputs_to_cpu()[0], session.run(None, X)[0])
 
 
 def test_baggage_forces_a_profile(profiling: Telemetry, mlp_path: Path) -> None:
@@ -369,6 +393,29 @@ def test_twins_close_with_their_session_and_at_uninstrument(
     assert len(os.listdir("/proc/self/fd")) == fds
 
 
+def test_a_session_collected_with_its_profile_pending_still_gets_its_tree(
+    profiling: Telemetry, profile_dir: Path, mlp_path: Path
+) -> None:
+    """The session goes before the worker has converted its profiled run: the run's file and
+    span tree still come, then the twin is released."""
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    ready(session, X)
+    twin = session.__dict__["_otel_ort_twin"]
+    gate = threading.Event()
+    assert OrtInstrumentor()._profiler.worker.submit(lambda: gate.wait(60))  # holds the worker
+    with profile_next_run():
+        session.run(None, X)
+    del session
+    gc.collect()
+    assert twin.state != "closed"  # its release waits behind the pending conversion
+    gate.set()
+    assert flush_profiles(timeout=60)
+    (span,) = profiled_spans(profiling)
+    assert len(children_of(profiling, span)) == attrs(span)[semconv.RUN_NODE_COUNT] > 0
+    assert Path(str(attrs(span)[semconv.PROFILE_FILE])).is_file()
+    assert twin.state == "closed"
+
+
 @pytest.mark.parametrize("queue", ["room", "full"])
 def test_a_session_rebuilt_by_ort_gets_a_new_twin(
     profiling: Telemetry, mlp_path: Path, queue: str
@@ -446,6 +493,30 @@ def test_free_dimension_overrides_and_config_entries_reach_the_twin(
     with profile_next_run(), pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument):
         session.run(None, {"x": np.ones((3, 32), np.float32)})
     assert attrs(run_spans(profiling)[-1])[semconv.PROFILE_SKIP_REASON] == semconv.SKIP_TWIN_ERROR
+
+
+def test_optimization_level_execution_mode_and_threads_reach_the_twin(
+    profiling: Telemetry, mlp_path: Path
+) -> None:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    options.inter_op_num_threads = 2
+    options.intra_op_num_threads = 1
+    options.add_session_config_entry("session.set_denormal_as_zero", "1")
+    session = ort.InferenceSession(mlp_path, options, providers=CPU)
+    config = twin_config(session)
+    assert (config.graph_optimization_level, config.execution_mode) == (0, 1)
+    assert (config.inter_op_num_threads, config.intra_op_num_threads) == (2, 1)
+    assert config.config_entries == {"session.set_denormal_as_zero": "1"}
+    ready(session, X)
+    with profile_next_run():
+        session.run(None, X)
+    assert flush_profiles(timeout=60)
+    (span,) = profiled_spans(profiling)
+    op_types = {attrs(node)[semconv.NODE_OP_TYPE] for node in children_of(profiling, span)}
+    # nothing fused: the twin runs the model's own nodes, as the user's session does
+    assert op_types == {node.op_type for node in onnx.load(mlp_path).graph.node}
 
 
 def test_never_sampler_needs_no_directory(telemetry: Telemetry, mlp_path: Path) -> None:
