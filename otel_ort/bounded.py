@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 _logger = logging.getLogger("otel_ort")
 
@@ -16,15 +17,23 @@ def seconds_left(deadline: float) -> float:
     return max(0.0, deadline - time.monotonic())
 
 
+class Outcome(NamedTuple):
+    """How calls made by :func:`call_within` ended."""
+
+    finished: bool
+    """All returned in time."""
+    failed: int
+    """How many returned ``False`` or raised (by the time the wait ended)."""
+
+
 def call_within(
     calls: Sequence[Callable[[], object]], timeout: float | None, what: str, name: str
-) -> bool:
+) -> Outcome:
     """Start ``calls`` together, each in a daemon thread, and wait for them up to ``timeout``
-    seconds (``None``: as long as they take); ``True`` if all returned in time and none
-    failed (returned ``False`` or raised: an exception is logged, naming ``what``). One still
-    running goes on in the background (a daemon thread, ``name``d, does not hold the
-    interpreter's exit). Where no thread can be started (Python 3.12.0-3.12.2 at interpreter
-    exit), each runs here in turn, with no time limit."""
+    seconds (``None``: as long as they take). One still running goes on in the background
+    (a daemon thread, ``name``d, does not hold the interpreter's exit). An exception is
+    logged, naming ``what``. Where no thread can be started (Python 3.12.0-3.12.2 at
+    interpreter exit), each runs here in turn, with no time limit."""
     failed: list[Callable[[], object]] = []
 
     def guarded(call: Callable[[], object]) -> None:
@@ -48,4 +57,4 @@ def call_within(
     deadline = None if timeout is None else time.monotonic() + timeout
     for thread in threads:
         thread.join(None if deadline is None else seconds_left(deadline))
-    return not failed and not any(thread.is_alive() for thread in threads)
+    return Outcome(not any(thread.is_alive() for thread in threads), len(failed))

@@ -1,15 +1,17 @@
 """Per-object repairs in a forked child (gunicorn and other pre-forking servers).
 
 One hook registered with ``os.register_at_fork`` runs every living owner's repair, in the
-order the owners registered; an owner that died is forgotten (the interpreter offers no way
-to unregister a hook, so one hook per owner would outlive them all).
+order the owners registered; an owner's repair is forgotten when the owner dies (the
+interpreter offers no way to unregister a hook, so one hook per owner would outlive them
+all). No lock: each step is one atomic operation under the GIL, so a finalizer that
+registers a repair during garbage collection cannot deadlock.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -17,16 +19,20 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-_repairs: list[tuple[weakref.ref[Any], Callable[[Any], None]]] = []
-_repairs_lock = threading.Lock()
+_repairs: dict[int, tuple[weakref.ref[Any], Callable[[Any], None]]] = {}
+"""Registration number → (owner, repair); in registration order."""
+_numbers = itertools.count()
 
 
 def after_fork_in_child(owner: T, repair: Callable[[T], None]) -> None:
     """Call ``repair(owner)`` in each child forked while ``owner`` lives (not kept alive for
     it): locks a parent's thread held at the fork stay held there, and threads are gone."""
-    with _repairs_lock:
-        _repairs[:] = [entry for entry in _repairs if entry[0]() is not None]
-        _repairs.append((weakref.ref(owner), repair))
+    number = next(_numbers)
+
+    def forget(_: object) -> None:
+        _repairs.pop(number, None)
+
+    _repairs[number] = (weakref.ref(owner, forget), repair)
 
 
 def renew_locks_in_child(owner: object, *names: str) -> None:
@@ -40,7 +46,7 @@ def renew_locks_in_child(owner: object, *names: str) -> None:
 
 
 def _repair_in_child() -> None:
-    for reference, repair in list(_repairs):
+    for reference, repair in list(_repairs.values()):
         alive = reference()
         if alive is not None:
             try:
@@ -50,4 +56,3 @@ def _repair_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_repair_in_child)
-renew_locks_in_child(sys.modules[__name__], "_repairs_lock")  # held by a parent's thread?

@@ -326,7 +326,7 @@ def _shapes(value: Any) -> tuple[str, ...]:
         if isinstance(entry, dict):
             for dtype, dims in entry.items():
                 if isinstance(dims, list):
-                    shapes.append(f"{dtype}[{','.join(map(str, dims))}]")
+                    shapes.append(clip(f"{dtype}[{','.join(map(str, dims))}]"))
     if len(value) > _MAX_SHAPES:
         shapes.append(f"+{len(value) - _MAX_SHAPES} more")
     return tuple(shapes)

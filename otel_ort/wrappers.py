@@ -36,6 +36,7 @@ from otel_ort.session_facts import (
     model_label,
     session_span_attributes,
 )
+from otel_ort.text_limits import clip
 from otel_ort.version import __version__
 
 if TYPE_CHECKING:
@@ -409,7 +410,7 @@ def _set_error(span: Span, error: BaseException | str) -> str:
         error_type = _OTHER_ERROR
         description = error
     span.set_attribute(semconv.ERROR_TYPE, error_type)
-    span.set_status(Status(StatusCode.ERROR, description))
+    span.set_status(Status(StatusCode.ERROR, clip(description)))
     return error_type
 
 

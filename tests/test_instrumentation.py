@@ -71,6 +71,7 @@ def test_run_span_texts_are_bounded(instrumented: Telemetry, tmp_path: Path) -> 
         value = attributes[key]
         assert isinstance(value, str) and len(value) == MAX_TEXT and value.endswith("…")
     assert [len(text) for text in attributes[semconv.RUN_INPUTS]] == [MAX_TEXT]
+    assert len(span.status.description or "") == MAX_TEXT  # ORT's message names the input
 
 
 def test_run_span_is_child_of_current_span(instrumented: Telemetry, mlp_path: Path) -> None:

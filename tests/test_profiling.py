@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import logging
 import mmap
 import os
+import random
 import stat
 import threading
 import time
@@ -24,11 +26,11 @@ from opentelemetry import baggage
 from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
 from opentelemetry.instrumentation.utils import suppress_instrumentation
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
+from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, sampling, semconv
 from otel_ort.capi import CSession, SessionConfig
 from otel_ort.failures import failure_counts
 from otel_ort.profiling import recorded_options
@@ -137,8 +139,9 @@ def test_profiled_outputs_are_bitwise_those_of_ort(profiling: Telemetry, tmp_pat
 
 
 def test_ratio_and_every_nth_over_400_runs(
-    telemetry: Telemetry, tmp_path: Path, mlp_path: Path
+    telemetry: Telemetry, tmp_path: Path, mlp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(sampling, "_draw", random.Random(4).random)  # no 0.1% flake
     for sampler, low, high in ((Ratio(0.25), 72, 129), (EveryNth(10), 40, 40)):
         telemetry.exporter.clear()
         with instrumentation(
@@ -837,15 +840,40 @@ def test_terminate_still_reaches_a_twin_run_that_uninstrument_waits_for(
 
 
 def test_flush_profiles_says_when_a_span_processors_flush_failed(profile_dir: Path) -> None:
-    """The SDK's batch processor's ``force_flush`` returns False once it is shut down."""
+    """A processor's ``force_flush`` that returns False (an export that failed) or raises."""
+
+    class Failing(SpanProcessor):
+        outcome: bool | None = True
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            if self.outcome is None:
+                raise RuntimeError("flush failed")
+            return self.outcome
+
     provider = TracerProvider()
-    processor = BatchSpanProcessor(InMemorySpanExporter())
-    provider.add_span_processor(processor)
+    failing = Failing()
+    provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+    provider.add_span_processor(failing)
     with instrumentation(tracer_provider=provider, profile_dir=str(profile_dir)):
         assert flush_profiles(timeout=10)
-        processor.shutdown()  # type: ignore[no-untyped-call]
-        assert not flush_profiles(timeout=10)
+        for failing.outcome in (False, None):
+            assert not flush_profiles(timeout=10)
+        failing.outcome = True
     provider.shutdown()
+
+
+def test_no_flush_warning_at_uninstrument_after_the_provider_shut_down(
+    profile_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Shutting the provider down first is usual; its flush then returns False at once."""
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+    with (
+        caplog.at_level(logging.WARNING, logger="otel_ort"),
+        instrumentation(tracer_provider=provider, profile_dir=str(profile_dir)),
+    ):
+        provider.shutdown()
+    assert not [record for record in caplog.records if "flush" in record.getMessage()]
 
 
 def test_uninstrument_flushes_a_provider_whose_force_flush_takes_no_timeout(

@@ -40,7 +40,7 @@ from opentelemetry.metrics import MeterProvider, get_meter
 from opentelemetry.trace import Span, format_span_id, format_trace_id
 
 from otel_ort import semconv
-from otel_ort.bounded import call_within, seconds_left
+from otel_ort.bounded import Outcome, call_within, seconds_left
 from otel_ort.capi import (
     CApi,
     CSession,
@@ -700,10 +700,9 @@ class Profiler:
         """The tracer provider now (the global one may be set after ``instrument()``)."""
         return self._tracer_provider or trace.get_tracer_provider()
 
-    def _flush_provider(self, deadline: float | None) -> bool:
+    def _flush_provider(self, deadline: float | None) -> Outcome:
         """Flush the tracer provider's span processors together, waiting for them until
-        ``deadline`` (``time.monotonic()``; ``None``: no limit); ``False`` if one had not
-        finished by then or failed (returned ``False`` or raised). (The SDK's flush exports
+        ``deadline`` (``time.monotonic()``; ``None``: no limit). (The SDK's flush exports
         every queued span whatever ``timeout_millis`` says; one still running at the deadline
         goes on in the background.)"""
         timeout = None if deadline is None else seconds_left(deadline)
@@ -720,7 +719,8 @@ class Profiler:
         ``False`` if that took more than ``timeout`` seconds or the provider's flush failed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         done = self.worker.drain(timeout)
-        return self._flush_provider(deadline) and done
+        flushed = self._flush_provider(deadline)
+        return done and flushed.finished and not flushed.failed
 
     def shutdown(self, timeout: float = _SHUTDOWN_TIMEOUT_S) -> None:
         """Convert what is pending, flush spans, close every twin, stop the worker thread:
@@ -738,11 +738,10 @@ class Profiler:
                 self.worker.unfinished,
                 timeout,
             )
-        if not self._flush_provider(deadline):
+        if not self._flush_provider(deadline).finished:  # a failure is the provider's to say
             _logger.warning(
-                "otel-ort: the tracer provider's flush failed or had not finished at shutdown "
-                "after %g s; the spans it was still exporting are left to the provider's own "
-                "shutdown",
+                "otel-ort: the tracer provider's flush had not finished at shutdown after %g "
+                "s; the spans it was still exporting are left to the provider's own shutdown",
                 timeout,
             )
         running = [twin for twin in list(self._twins) if not twin.close(seconds_left(deadline))]
