@@ -24,31 +24,37 @@ reusing the string also spares the exporter's queue a new object per run."""
 def describe_feeds(feeds: Mapping[str, Any]) -> tuple[str, ...]:
     """``{name: value}`` → ``("x:float32[64,256]", ...)``, at most 64 entries plus a count."""
     if len(feeds) <= MAX_DESCRIBED_INPUTS:
-        return tuple([clip(describe_value(name, value)) for name, value in feeds.items()])
+        return tuple([describe_value(name, value) for name, value in feeds.items()])
     described = [
-        clip(describe_value(name, value))
-        for name, value in islice(feeds.items(), MAX_DESCRIBED_INPUTS)
+        describe_value(name, value) for name, value in islice(feeds.items(), MAX_DESCRIBED_INPUTS)
     ]
     described.append(f"+{len(feeds) - MAX_DESCRIBED_INPUTS} more")
     return tuple(described)
 
 
 def describe_value(name: str, value: Any) -> str:
-    """One input as ``name:dtype[dims]``; ``name:<type>`` for values that are not tensors."""
+    """One input as ``name:dtype[dims]``; ``name:<type>`` for values that are not tensors;
+    clipped to :data:`otel_ort.text_limits.MAX_TEXT` characters."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        return clip(_spelled(name, value))
+    try:
+        key = (name, dtype, value.shape)
+        described = _DESCRIPTIONS.get(key)
+    except TypeError:  # unhashable dtype or shape
+        return clip(_spelled(name, value))
+    if described is None:
+        described = clip(_spelled(name, value))
+        if len(_DESCRIPTIONS) >= _MAX_DESCRIPTIONS:
+            _DESCRIPTIONS.clear()
+        _DESCRIPTIONS[key] = described
+    return described
+
+
+def _spelled(name: str, value: Any) -> str:
     dtype = getattr(value, "dtype", None)
     if dtype is not None:  # numpy array or anything array-like
-        shape = value.shape
-        try:
-            key = (name, dtype, shape)
-            described = _DESCRIPTIONS.get(key)
-        except TypeError:  # unhashable dtype or shape
-            return f"{name}:{dtype}[{','.join(map(str, shape))}]"
-        if described is None:
-            described = f"{name}:{dtype}[{','.join(map(str, shape))}]"
-            if len(_DESCRIPTIONS) >= _MAX_DESCRIPTIONS:
-                _DESCRIPTIONS.clear()
-            _DESCRIPTIONS[key] = described
-        return described
+        return f"{name}:{dtype}[{','.join(map(str, value.shape))}]"
     data_type = getattr(value, "data_type", None)
     if callable(data_type):  # onnxruntime.OrtValue and its C++ counterpart
         onnx_type = str(data_type())
