@@ -15,9 +15,8 @@ OTEL_ORT_PROFILE_MAX_BYTES = "OTEL_ORT_PROFILE_MAX_BYTES"
 """Keep at most this many bytes of profile files in the directory; the oldest are deleted."""
 
 OTEL_ORT_PROFILE_MODE = "OTEL_ORT_PROFILE_MODE"
-"""``twin`` (the default: selected runs execute on a C-API twin of the session), ``serve`` (the
-twin also runs the session's unprofiled runs, so it is warm when a run is profiled) or
-``off``."""
+"""``on`` (the default: selected runs are profiled) or ``off`` (runs are traced, none is
+profiled)."""
 
 OTEL_ORT_PERF_EVENTS = "OTEL_ORT_PERF_EVENTS"
 """perf counters on profiled runs: ``default`` (task-clock, page-faults, context-switches, and

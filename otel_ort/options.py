@@ -49,7 +49,8 @@ class Options:
     profiling: ProfilingOptions = field(default_factory=lambda: ProfilingOptions())  # noqa: PLW0108 (defined below)
 
 
-PROFILE_MODES = ("twin", "serve", "off")
+PROFILE_MODES = ("on", "off")
+_REMOVED_MODES = ("twin", "serve")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,7 @@ class ProfilingOptions:
     """``None``: the default directory, created on the first profiled run."""
     max_files: int = DEFAULT_MAX_FILES
     max_bytes: int = DEFAULT_MAX_BYTES
-    mode: str = "twin"
+    mode: str = "on"
     perf: PerfOptions | None = field(default_factory=lambda: PerfOptions())  # noqa: PLW0108
     """``None``: no perf counters."""
 
@@ -130,7 +131,7 @@ def _profiling_options(kwargs: Mapping[str, Any]) -> ProfilingOptions:
             bad.append(str(exc))
             return None
 
-    mode = parsed("profile_mode", _mode) or "twin"
+    mode = parsed("profile_mode", _mode) or "on"
     sampler = parsed("profile_sampler", _sampler) or Never()
     # the directory is made only for a profiling that will run
     directory = parsed("profile_dir", _directory if mode != "off" and not bad else _path)
@@ -235,6 +236,11 @@ def _directory(value: Any, source: str) -> str:
 
 def _mode(value: Any, source: str) -> str:
     mode = str(value).strip().lower()
+    if mode in _REMOVED_MODES:
+        raise ValueError(
+            f"{source} is {value!r}: profiling no longer uses a twin of the session (selected "
+            "runs are profiled on the session itself); use 'on' (the default) or 'off'"
+        )
     if mode not in PROFILE_MODES:
         raise ValueError(f"{source} is {value!r}: use one of {', '.join(PROFILE_MODES)}")
     return mode

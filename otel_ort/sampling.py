@@ -1,11 +1,7 @@
 """Which runs are profiled: profile samplers, and forcing the profile of the current run.
 
 A profile sampler is asked once per run, on the request thread, after the run span started:
-``should_profile(span_context)`` must be cheap and thread-safe. A run it does not select then
-asks ``profiles_next(span_context)``, a hint: when it says the next run is likely profiled,
-that run's twin is warmed by running this one there (see the profiling engine). Ratio draws
-each decision one run early to know it (the same decisions, drawn sooner); EveryNth counts.
-Independently of the sampler, a run is profiled when forced, by :func:`profile_next_run` or
+``should_profile(span_context)`` must be cheap and thread-safe. Independently of the sampler, a run is profiled when forced, by :func:`profile_next_run` or
 by the baggage entry ``onnxruntime.profile=1`` (set by an upstream service, it travels with
 the trace).
 
@@ -22,7 +18,6 @@ import re
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -41,12 +36,6 @@ class ProfileSampler(ABC):
     @abstractmethod
     def should_profile(self, span_context: SpanContext) -> bool:
         """``span_context`` is the run span's; called once per run, from any thread."""
-
-    def profiles_next(self, span_context: SpanContext) -> bool:
-        """Whether the next run asked is likely to be profiled, asked after ``should_profile``
-        declined the run of ``span_context``; a hint that changes no decision (a wrong one
-        costs a cold twin, or a run through it needlessly). The default: no idea (False)."""
-        return False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -74,20 +63,9 @@ class Ratio(ProfileSampler):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"Ratio(p): p must be between 0 and 1, got {p!r}")
         self.p = p
-        self._ahead = deque([_draw() < p])
-        """The next decision, drawn one ask early. Never empty: each ask draws before it takes
-        (concurrent asks each take one, maybe in another order: draws are independent)."""
-        after_fork_in_child(self, Ratio._draw_anew)
-
-    def _draw_anew(self) -> None:
-        self._ahead = deque([_draw() < self.p])  # a forked child's decision is its own
 
     def should_profile(self, span_context: SpanContext) -> bool:
-        self._ahead.append(_draw() < self.p)
-        return self._ahead.popleft()
-
-    def profiles_next(self, span_context: SpanContext) -> bool:
-        return self._ahead[0]
+        return _draw() < self.p
 
     def __repr__(self) -> str:
         return f"Ratio({self.p})"
@@ -110,26 +88,18 @@ class RateLimited(ProfileSampler):
         self.burst = int(burst)
         self._tokens = float(burst)
         self._last = time.monotonic()
-        self._interval = 0.0
-        """Between the last two asks: how soon the next one is expected."""
         self._lock = threading.Lock()
         renew_locks_in_child(self, "_lock")
 
     def should_profile(self, span_context: SpanContext) -> bool:
         with self._lock:
             now = time.monotonic()
-            self._interval = now - self._last
-            self._tokens = min(self.burst, self._tokens + self._interval * self.per_second)
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.per_second)
             self._last = now
             if self._tokens >= 1.0:
                 self._tokens -= 1.0
                 return True
             return False
-
-    def profiles_next(self, span_context: SpanContext) -> bool:
-        """Whether a run asking as soon after this one as this one did after the last would
-        find a token."""
-        return self._tokens + self._interval * self.per_second >= 1.0
 
     def __repr__(self) -> str:
         return f"RateLimited({self.per_second}, burst={self.burst})"
@@ -141,8 +111,7 @@ _RANDOM = random.Random()
 """Ratio's own generator: drawing from ``random``'s would shift the user's seeded stream."""
 _draw = _RANDOM.random
 
-after_fork_in_child(_RANDOM, random.Random.seed)  # each child draws its own runs to profile;
-# registered before any Ratio, so reseeded before a Ratio's next decision is drawn anew
+after_fork_in_child(_RANDOM, random.Random.seed)  # each child draws its own runs to profile
 
 
 def _check_type(value: object, kind: type[int] | type[float], what: str) -> None:
@@ -168,15 +137,9 @@ class EveryNth(ProfileSampler):
         self.n = int(n)
         self.skip_first = int(skip_first)
         self._count = itertools.count(1 - skip_first)  # next() is atomic under the GIL
-        self._last = -skip_first
-        """The number asked last (another thread's, maybe: the hint needs no lock)."""
 
     def should_profile(self, span_context: SpanContext) -> bool:
-        number = self._last = next(self._count)
-        return number > 0 and number % self.n == 0
-
-    def profiles_next(self, span_context: SpanContext) -> bool:
-        number = self._last + 1
+        number = next(self._count)
         return number > 0 and number % self.n == 0
 
     def __repr__(self) -> str:
@@ -194,11 +157,6 @@ class ParentBased(ProfileSampler):
 
     def should_profile(self, span_context: SpanContext) -> bool:
         return span_context.trace_flags.sampled and self.inner.should_profile(span_context)
-
-    def profiles_next(self, span_context: SpanContext) -> bool:
-        """The inner sampler's hint, within a sampled trace: a bet that the next run is in one
-        too (runs of one request are)."""
-        return span_context.trace_flags.sampled and self.inner.profiles_next(span_context)
 
     def __repr__(self) -> str:
         return f"ParentBased({self.inner!r})"

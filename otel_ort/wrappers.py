@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from time import perf_counter, time_ns
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,12 @@ from otel_ort.failures import report_failure
 from otel_ort.feeds import describe_feeds
 from otel_ort.metrics import run_duration_histogram
 from otel_ort.options import Options
-from otel_ort.profiling.recorded_options import snapshot_options
+from otel_ort.profiling.session_runs import (
+    SessionRuns,
+    live_thread_ids,
+    note_pool_threads,
+    session_runs,
+)
 from otel_ort.session_facts import (
     UNKNOWN_SESSION,
     SessionFacts,
@@ -40,7 +46,8 @@ from otel_ort.text_limits import clip
 from otel_ort.version import __version__
 
 if TYPE_CHECKING:
-    from otel_ort.profiling.profiler import Profiled, Profiler, Skipped
+    from otel_ort.profiling.profiled_call import ProfiledCall, ProfiledRun
+    from otel_ort.profiling.profiler import Profiler
 
 Args = tuple[Any, ...]
 Kwargs = dict[str, Any]
@@ -88,6 +95,18 @@ RUN_METHODS: dict[str, tuple[FeedsOf, OutputsOf]] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """A run call being traced."""
+
+    span: Span
+    facts: SessionFacts
+    session: Any
+    args: Args
+    kwargs: Kwargs
+    outputs_of: OutputsOf
+
+
 def _suppressed(current: Context) -> bool:
     """``not is_instrumentation_enabled()`` on the context read once per run."""
     return bool(
@@ -130,38 +149,75 @@ class RunTelemetry:
             except Exception:  # e.g. a span processor that raises: the run goes on untraced
                 report_failure("could not start a run span")
                 return wrapped(*args, **kwargs)
-            start = perf_counter()
-            profiled = None
-            if self._profiler is not None:
-                try:
-                    profiled = _profile(
-                        self._profiler, span, current, session, method, args, kwargs
-                    )
-                except BaseException as exc:  # KeyboardInterrupt, SystemExit during the run
-                    self._finish(span, facts, session, perf_counter() - start, exc)
-                    raise
-                if profiled is not None and not isinstance(profiled, tuple):
-                    outputs = (
-                        outputs_of(args, kwargs, profiled.outputs) if self._response_hook else None
-                    )
-                    self._finish_profiled(span, facts, session, start, profiled, outputs)
-                    return profiled.outputs
-                start = perf_counter()
-            try:  # a selected run not profiled goes to ORT's own session, not to the twin
-                profiler = self._profiler
-                if profiled is None and profiler is not None and profiler.serves(session, span):
-                    result = profiler.run_unprofiled(wrapped, span, session, method, args, kwargs)
-                else:
-                    result = wrapped(*args, **kwargs)
+            run = _Run(span, facts, session, args, kwargs, outputs_of)
+            profiler = self._profiler
+            if profiler is None:
+                return self._run(wrapped, run)
+            runs = session_runs(session)
+            call = self._profiled_call(profiler, run, current, runs, method)
+            if call is not None:
+                return self._run_profiled(wrapped, run, call, profiler)
+            try:
+                runs.enter()  # waits while the session's first profiled run runs alone
             except BaseException as exc:
-                self._finish(span, facts, session, perf_counter() - start, exc)
+                self._finish(span, facts, session, 0.0, exc)
                 raise
-            duration = perf_counter() - start
-            outputs = outputs_of(args, kwargs, result) if self._response_hook else None
-            self._finish(span, facts, session, duration, None, outputs)
-            return result
+            try:
+                return self._run(wrapped, run)
+            finally:
+                runs.leave()
+                if runs.primed and profiler.pool_logs is not None:
+                    profiler.pool_logs.ran(runs.nodes)
 
         return run_wrapper
+
+    def _run(self, wrapped: Callable[..., Any], run: _Run) -> Any:
+        """ORT's own run, timed; the span ends with its outcome."""
+        start = perf_counter()
+        try:
+            result = wrapped(*run.args, **run.kwargs)
+        except BaseException as exc:
+            self._finish(run.span, run.facts, run.session, perf_counter() - start, exc)
+            raise
+        duration = perf_counter() - start
+        outputs = run.outputs_of(run.args, run.kwargs, result) if self._response_hook else None
+        self._finish(run.span, run.facts, run.session, duration, None, outputs)
+        return result
+
+    def _profiled_call(
+        self, profiler: Profiler, run: _Run, current: Context, runs: SessionRuns, method: str
+    ) -> ProfiledCall | None:
+        """The run made profiled, if the profiler selects it and can; ``None`` otherwise (a
+        selected run's span says why)."""
+        try:
+            return _profile(
+                profiler, run.span, current, run.session, runs, method, run.args, run.kwargs
+            )
+        except BaseException as exc:  # KeyboardInterrupt in a sampler or at the gate
+            self._finish(run.span, run.facts, run.session, 0.0, exc)
+            raise
+
+    def _run_profiled(
+        self, wrapped: Callable[..., Any], run: _Run, call: ProfiledCall, profiler: Profiler
+    ) -> Any:
+        """ORT's own run with the profiling ``RunOptions``; the worker ends its span."""
+        start = perf_counter()
+        try:
+            call.begin()
+            start = perf_counter()
+            result = wrapped(*call.args, **call.kwargs)
+        except BaseException as exc:
+            profiler.failed(call)
+            self._finish(run.span, run.facts, run.session, perf_counter() - start, exc)
+            raise
+        duration = perf_counter() - start
+        end_ns = time_ns()
+        profiled = call.end()
+        if profiler.pool_logs is not None:
+            profiler.pool_logs.cleared()
+        outputs = run.outputs_of(run.args, run.kwargs, result) if self._response_hook else None
+        self._finish_profiled(run, duration, end_ns, profiled, outputs, call.runs)
+        return result
 
     def run_async_wrapper(
         self, wrapped: Callable[..., Any], session: Any, args: Args, kwargs: Kwargs
@@ -180,18 +236,34 @@ class RunTelemetry:
         except Exception:
             report_failure("could not start a run span")
             return wrapped(*args, **kwargs)
+        run = _Run(span, facts, session, args, kwargs, _returned)
+        profiler = self._profiler
+        runs = session_runs(session) if profiler is not None else None
+        call = None
+        if profiler is not None and runs is not None:
+            call = self._profiled_call(profiler, run, caller_context, runs, "run_async")
+            if call is not None:
+                args, kwargs = call.args, call.kwargs
+            else:
+                try:
+                    runs.enter()
+                except BaseException as exc:
+                    self._finish(span, facts, session, 0.0, exc)
+                    raise
         start = perf_counter()
-        if self._profiler is not None:  # never profiled: a selected run says why
-            try:
-                _profile(self._profiler, span, caller_context, session, "run_async", args, kwargs)
-            except BaseException as exc:  # KeyboardInterrupt from a sampler: no run, no open span
-                self._finish(span, facts, session, perf_counter() - start, exc)
-                raise
-            start = perf_counter()
 
         def on_done(results: Any, user_data: Any, err: str) -> Any:
             try:
-                self._finish(span, facts, session, perf_counter() - start, err or None, results)
+                duration = perf_counter() - start
+                if call is not None and profiler is not None and not err:
+                    end_ns = time_ns()
+                    profiled = call.end()
+                    self._finish_profiled(
+                        run, duration, end_ns, profiled, results, call.runs, asynchronous=True
+                    )
+                else:
+                    self._ended(profiler, runs, call)
+                    self._finish(span, facts, session, duration, err or None, results)
             finally:  # even after a response_hook's KeyboardInterrupt: the caller waits on it
                 token = otel_context.attach(caller_context)
                 try:
@@ -205,41 +277,65 @@ class RunTelemetry:
         else:
             kwargs = {**kwargs, "callback": on_done}
         try:
+            if call is not None:
+                call.begin()
+                start = perf_counter()
             return wrapped(*args, **kwargs)
         except BaseException as exc:
+            self._ended(profiler, runs, call)
             self._finish(span, facts, session, perf_counter() - start, exc)
             raise
+
+    @staticmethod
+    def _ended(
+        profiler: Profiler | None, runs: SessionRuns | None, call: ProfiledCall | None
+    ) -> None:
+        """A ``run_async`` run failed or ended unprofiled: its place in the session's runs."""
+        if call is not None and profiler is not None:
+            profiler.failed(call, asynchronous=True)
+        elif runs is not None:
+            runs.leave()
 
     def init_wrapper(
         self, wrapped: Callable[..., Any], session: Any, args: Args, kwargs: Kwargs
     ) -> None:
         """``InferenceSession.__init__``: a span for loading the model; the session's facts;
-        what a twin needs to know of its creation (even untraced: it may be profiled)."""
+        the intra-op threads its constructor started (even untraced: perf counts them on its
+        profiled runs)."""
         if self.inert or _suppressed(otel_context.get_current()):
-            wrapped(*args, **kwargs)
-            self._snapshot(session, kwargs)
+            self._construct(wrapped, session, args, kwargs)
             return
         try:
             span = self._tracer.start_span(semconv.SPAN_SESSION_CREATE, kind=SpanKind.INTERNAL)
         except Exception:
             report_failure("could not start a session span")
-            wrapped(*args, **kwargs)
-            self._snapshot(session, kwargs)
+            self._construct(wrapped, session, args, kwargs)
             return
         try:
-            wrapped(*args, **kwargs)
+            self._construct(wrapped, session, args, kwargs)
         except BaseException as exc:
             self._end_session_span(span, session, exc)
             raise
-        self._snapshot(session, kwargs)
         self._end_session_span(span, session, None)
 
-    def _snapshot(self, session: Any, kwargs: Kwargs) -> None:
-        if self._profiler is not None:
-            try:
-                snapshot_options(session, kwargs)
-            except Exception:
-                report_failure("could not record a session's options for profiling")
+    def _construct(
+        self, wrapped: Callable[..., Any], session: Any, args: Args, kwargs: Kwargs
+    ) -> None:
+        """ORT's constructor; with a profiler, the threads that appeared meanwhile."""
+        if self._profiler is None or self.inert:
+            wrapped(*args, **kwargs)
+            return
+        try:
+            before = live_thread_ids()
+        except OSError:
+            report_failure("could not list this process's threads")
+            wrapped(*args, **kwargs)
+            return
+        wrapped(*args, **kwargs)
+        try:
+            note_pool_threads(session, before)
+        except Exception:
+            report_failure("could not note a session's intra-op threads")
 
     def _end_session_span(self, span: Span, session: Any, error: BaseException | None) -> None:
         try:
@@ -286,29 +382,33 @@ class RunTelemetry:
 
     def _finish_profiled(
         self,
-        span: Span,
-        facts: SessionFacts,
-        session: Any,
-        start: float,
-        profiled: Profiled,
+        run: _Run,
+        duration: float,
+        end_ns: int,
+        profiled: ProfiledRun,
         outputs: Any,
+        runs: SessionRuns,
+        asynchronous: bool = False,
     ) -> None:
-        """A run profiled on the twin: the profiler's worker ends the span, with its tree."""
-        duration = perf_counter() - start
-        end_ns = time_ns()
+        """A profiled run: the profiler's worker ends the span, with its tree."""
+        span = run.span
         try:
             if span.is_recording():
                 span.set_attributes(
-                    {semconv.RUN_PROFILED: True, semconv.PROFILE_FILE: profiled.run.files.path}
+                    {
+                        semconv.RUN_PROFILED: True,
+                        semconv.PROFILE_FILE: profiled.files.path,
+                        semconv.PROFILE_OVERLAPPING_RUNS: profiled.overlapping,
+                    }
                 )
         except Exception:
             report_failure("could not mark a profiled run span")
         try:  # response_hook may raise KeyboardInterrupt: the hand-off still uses its place
-            self._finish(span, facts, session, duration, None, outputs, profiled=True)
+            self._finish(span, run.facts, run.session, duration, None, outputs, profiled=True)
         finally:
             try:
                 assert self._profiler is not None
-                self._profiler.finish(span, end_ns, profiled.run, facts)
+                self._profiler.finish(span, end_ns, profiled, run.facts, runs, asynchronous)
             except Exception:
                 report_failure("could not hand a profiled run over")
                 span.end(end_ns)
@@ -360,14 +460,14 @@ def _profile(
     span: Span,
     current: Context,
     session: Any,
+    runs: SessionRuns,
     method: str,
     args: Args,
     kwargs: Kwargs,
-) -> Profiled | Skipped | None:
-    """The run executed on the twin, profiled, if the profiler selects it (in the caller's
-    ``current`` context) and can; else why not (selected: the caller runs ORT itself) or
-    ``None`` (not selected: the caller runs the session as usual; also when the sampler
-    raises, a bug of the user's reported like a hook's)."""
+) -> ProfiledCall | None:
+    """The call made profiled if the profiler selects it (in the caller's ``current``
+    context) and can; else ``None``: the caller runs the session as usual (a selected run's
+    span says why it was not profiled; a sampler that raises is reported like a hook)."""
     try:
         if not profiler.selects(span, current):
             return None
@@ -375,16 +475,16 @@ def _profile(
         report_failure("profile_sampler raised")
         return None
     try:
-        outcome = profiler.attempt(session, method, args, kwargs)
+        outcome = profiler.prepare(session, runs, method, args, kwargs)
         if isinstance(outcome, tuple):
             profiler.record_skip(span, outcome)
+            return None
         return outcome
     except Exception as exc:
         report_failure("could not profile a run")
-        skipped = (semconv.SKIP_INTERNAL, repr(exc))
         with contextlib.suppress(Exception):
-            profiler.record_skip(span, skipped)
-        return skipped
+            profiler.record_skip(span, (semconv.SKIP_INTERNAL, repr(exc)))
+        return None
 
 
 def _after_fallback(span: Span, session: Any) -> SessionFacts:

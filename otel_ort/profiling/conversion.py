@@ -1,0 +1,152 @@
+"""Worker: a profiled run's profile → node and kernel spans under its run span, perf counts,
+the kept (enriched) Chrome JSON, retention; then the run span ends at the time the run
+ended. A failure is said on the span (``onnxruntime.profile.error``), which still ends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry.trace import Span, format_span_id, format_trace_id
+
+from otel_ort import semconv
+from otel_ort.delivery import NotSdkTracerProvider, SpanDelivery
+from otel_ort.failures import report_failure
+from otel_ort.perf.counting import PerfCounters, RawRun
+from otel_ort.perf.report import count_profile
+from otel_ort.profiling.kept import publish_run, read_run
+from otel_ort.profiling.model import Profile
+from otel_ort.profiling.profiled_call import ProfiledRun
+from otel_ort.profiling.reader import ProfileError
+from otel_ort.profiling.session_runs import SessionRuns
+from otel_ort.profiling.store import ProfileStore, remove_files
+from otel_ort.spans import SpanBuilder
+from otel_ort.version import __version__
+
+MAX_DETAIL = 512
+Count = Callable[[str, int], None]
+"""Adds to one of the profiler's counts (and its metric)."""
+
+
+class Converter:
+    """Converts profiled runs, one at a time, on the profiler's worker."""
+
+    def __init__(
+        self, perf: PerfCounters | None, provider: Callable[[], Any], count: Count
+    ) -> None:
+        self._perf = perf
+        self._provider = provider
+        self._count = count
+        self._delivery: tuple[object, SpanBuilder, SpanDelivery] | None = None
+
+    def convert(
+        self,
+        store: ProfileStore,
+        span: Span,
+        end_ns: int,
+        run: ProfiledRun,
+        session_facts: Any,
+        runs: SessionRuns,
+    ) -> None:
+        """The run's spans and kept file; the run span ends whatever happens, a problem is
+        counted (``profile_error``) and said on it, ORT's raw file never stays behind."""
+        self._count("profiled", 1)
+        problems: list[str] = []
+        if isinstance(run.counters, RawRun):  # first, or the pool's next run will have to
+            run.counters.settle()  # (never raises: what it cannot read becomes a problem)
+        try:
+            self._keep_profile(store, span, run, session_facts, runs, problems)
+        except Exception as exc:
+            problems.append(f"keeping the profile failed: {exc!r}")
+            report_failure("could not keep a profiled run's profile")
+        finally:
+            remove_files(store.written(run.files))
+            if problems:
+                self._count(semconv.PROFILE_ERROR_OUTCOME, 1)
+            end_span(span, end_ns, "; ".join(problems))
+
+    def _keep_profile(
+        self,
+        store: ProfileStore,
+        span: Span,
+        run: ProfiledRun,
+        session_facts: Any,
+        runs: SessionRuns,
+        problems: list[str],
+    ) -> None:
+        """Spans, enriched file, retention; what went wrong goes to ``problems``."""
+        try:
+            profile = read_run(store, run.files, run.start_ns)
+        except ProfileError as exc:
+            problems.append(str(exc))
+            return
+        if profile.runs:
+            runs.nodes = max(1, len(profile.runs[0].nodes))
+        node_counts: list[dict[str, Any]] = []
+        if run.counters is not None and profile.runs:
+            node_counts = self._perf_counts(span, profile, run.counters, problems)
+        if span.is_recording() and profile.runs:
+            try:
+                dropped, summary = self._emit(profile, span, node_counts)
+            except NotSdkTracerProvider as exc:  # no node spans; the file is still kept
+                problems.append(f"{exc}; the Chrome JSON is still kept")
+            else:
+                span.set_attributes(summary)
+                if dropped:
+                    span.set_attribute(semconv.PROFILE_SPANS_DROPPED, dropped)
+                    self._count("spans_dropped", dropped)
+        context = span.get_span_context()
+        other_data = {
+            "session_id": session_facts.session_id,
+            "model": session_facts.run_attributes.get(semconv.MODEL_PATH, "unknown"),
+            "otel_ort_version": __version__,
+        }
+        if context.is_valid:  # not without an SDK tracer provider: no trace to point to
+            other_data["trace_id"] = format_trace_id(context.trace_id)
+            other_data["span_id"] = format_span_id(context.span_id)
+        deleted = publish_run(store, run.files, profile, other_data, run.thread)
+        if deleted:
+            self._count("files_deleted", deleted)
+
+    def _perf_counts(
+        self, span: Span, profile: Profile, counters: RawRun | str, problems: list[str]
+    ) -> list[dict[str, Any]]:
+        """perf counts: totals on the run span, counter tracks added to the profile's events;
+        returns the node spans' attributes (in node order)."""
+        assert self._perf is not None
+        if isinstance(counters, str):
+            if span.is_recording():
+                span.set_attribute(
+                    semconv.PERF_UNAVAILABLE, [*self._perf.unavailable_events, counters]
+                )
+            return []
+        try:
+            counts = count_profile(self._perf, profile, counters)
+        except Exception as exc:
+            problems.append(f"attributing perf counts failed: {exc!r}")
+            report_failure("could not attribute perf counts")
+            return []
+        if span.is_recording():
+            span.set_attributes(counts.run)
+        return counts.nodes
+
+    def _emit(
+        self, profile: Any, span: Span, node_counts: list[dict[str, Any]]
+    ) -> tuple[int, dict[str, Any]]:
+        """Node and kernel spans under the live run span; (dropped, run summary)."""
+        provider = self._provider()
+        if self._delivery is None or self._delivery[0] is not provider:
+            delivery = SpanDelivery(provider)  # first: it refuses a provider not the SDK's
+            self._delivery = (provider, SpanBuilder(provider), delivery)
+        _, builder, delivery = self._delivery
+        spans, summary = builder.node_spans(
+            profile, profile.runs[0], span.get_span_context(), node_counts
+        )
+        return delivery.deliver(spans), summary
+
+
+def end_span(span: Span, end_ns: int, problem: str) -> None:
+    """End a profiled run's span, saying what went wrong with its profile (if anything)."""
+    if problem and span.is_recording():
+        span.set_attribute(semconv.PROFILE_ERROR, problem[:MAX_DETAIL])
+    span.end(end_ns)

@@ -1,0 +1,89 @@
+"""Bounding ORT's thread-pool profiler log on the threads that run profiled sessions.
+
+After a session's first profiled run, ORT's thread-pool profiler stays enabled for that
+session's pool: each later run of the session logs every parallel section (8 bytes each)
+into a log of the calling thread's (a thread-local, one for all sessions). ORT clears that
+log only when the thread finishes a profiled run, so a thread that serves many unprofiled
+runs would grow without end.
+
+``PoolLogs`` counts, per thread, the nodes of the runs of profiled sessions since the
+thread's last profiled run (one parallel section per node at most, in the models measured).
+When that count passes ``BUDGET`` the thread runs a profiled run of a private one-node
+session (``probe_model``) whose node uses its pool: ORT then clears the thread's log. The
+profile of that run is aimed at a directory that does not exist, so ORT writes no file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from otel_ort.failures import report_failure
+from otel_ort.profiling import probe_model
+from otel_ort.profiling.run_options import RunProfilingSwitch
+
+_logger = logging.getLogger("otel_ort")
+
+BUDGET = 32_768
+"""Nodes run on a thread between two clearings: its log stays within about 256 KiB."""
+_INPUT_LENGTH = 1 << 16
+"""Long enough for ORT to split the node's work over its pool (a parallel section)."""
+
+
+class PoolLogs:
+    """When each thread's thread-pool profiler log is cleared."""
+
+    def __init__(self, switch: RunProfilingSwitch, missing_dir: str) -> None:
+        self._switch = switch
+        self._prefix = os.path.join(missing_dir, "no-such-directory", "cleared")
+        self._local = threading.local()
+        self._session: Any = None
+        self._lock = threading.Lock()
+        self.clearings = 0
+
+    def ran(self, nodes: int) -> None:
+        """This thread ran an unprofiled run of ``nodes`` nodes on a session with profiling
+        on in its pool; clears the thread's log when it is due (never raises)."""
+        local = self._local
+        pending = getattr(local, "pending", 0) + nodes
+        if pending < BUDGET:
+            local.pending = pending
+            return
+        local.pending = 0
+        try:
+            self._clear()
+        except Exception:
+            report_failure("could not clear a thread's thread-pool profiler log")
+
+    def cleared(self) -> None:
+        """This thread has just run a profiled run: ORT cleared its log."""
+        self._local.pending = 0
+
+    def _clear(self) -> None:
+        import onnxruntime
+
+        session, feeds = self._private_session(onnxruntime)
+        options = onnxruntime.RunOptions()
+        self._switch.enable(options, self._prefix)
+        session.run(None, feeds, options)
+        self.clearings += 1
+
+    def _private_session(self, onnxruntime: Any) -> tuple[Any, dict[str, Any]]:
+        feeds = {probe_model.INPUT: np.ones(_INPUT_LENGTH, np.float32)}
+        with self._lock:
+            if self._session is None:
+                options = onnxruntime.SessionOptions()
+                options.intra_op_num_threads = 2
+                options.log_severity_level = 3
+                session = onnxruntime.InferenceSession(
+                    probe_model.relu_model(), options, providers=["CPUExecutionProvider"]
+                )
+                first = onnxruntime.RunOptions()  # its first profiled run, alone (the lock)
+                self._switch.enable(first, self._prefix)
+                session.run(None, feeds, first)
+                self._session = session
+        return self._session, feeds
