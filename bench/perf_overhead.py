@@ -3,18 +3,19 @@ and at fixed ones, against the same profiled run without perf, same process.
 
     make bench   (or: .venv/bin/python -m bench.perf_overhead [--rounds R] [--threads N])
 
-A C-API session runs a chain of MatMul nodes (one run >= 10 ms). Each round times one run per
+An ORT session runs a chain of MatMul nodes (one run >= 10 ms). Each round times one run per
 configuration below, in an order rotating from round to round, each after an untimed
 unprofiled run (settling the caches alike), so the machine's drift hits them alike:
-  unprofiled          ``CSession.run(feeds)``: context only
-  baseline            the same with ``profile_prefix``: ORT's run-level profiling alone
+  unprofiled          ``session.run(None, feeds)``: context only
+  baseline            the same given a ``RunOptions`` with ORT's run-level profiling on (as
+                      otel-ort's profiler sets it): the profiled run alone
   perf, ...           ``PerfCounters.begin`` + the profiled run + ``PerfCounters.end``
 Time is wall time on the request thread around those calls. Overhead = the median over rounds
 of (configuration - baseline), relative to the baseline's median. The profiler's worker takes
 each run's reads and rings, reads its profile and attributes the counts to its nodes off the
-request path: that time per run ("worker") is shown apart. A perf configuration's pool (its
-groups on ORT's pool threads, which stay on as in twin mode) is open only for its own two runs,
-the untimed one counted too: no other configuration's runs are counted or sampled.
+request path: that time per run ("worker") is shown apart. Each perf configuration has its
+pool of groups on the session's intra-op threads (found around the session's construction, as
+the profiler finds them), switched on for its own counted runs only, as the profiler does.
 "default events" are otel-ort's defaults without a PMU: nothing dense is counted, so the leader
 does not sample. cpu-clock (a dense event) makes it sample every period of CPU time, as
 hardware counters do where a PMU exists. Target: <= 5% at the default period.
@@ -33,14 +34,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnxruntime as ort
 
-from otel_ort.capi import CSession, load_api
-from otel_ort.capi.session import SessionConfig
 from otel_ort.perf.counting import PerfCounters, Pool, RawRun
 from otel_ort.perf.events import parse_events
 from otel_ort.perf.probe import Plan
 from otel_ort.perf.records import ThreadRecords, parse
 from otel_ort.profiling.reader import read_profile
+from otel_ort.profiling.run_options import RunProfilingSwitch, Unrecognized, run_profiling_switch
+from otel_ort.profiling.session_runs import live_thread_ids, note_pool_threads, pool_threads
 from otel_ort.tables import format_table
 
 TARGET_PERCENT = 5.0
@@ -73,10 +75,34 @@ def matmul_chain(size: int, depth: int) -> bytes:
     return serialized
 
 
+class Session:
+    """An ORT session, its intra-op threads (found as the profiler finds them), and profiled
+    runs as the profiler makes them."""
+
+    def __init__(self, model: bytes, threads: int, switch: RunProfilingSwitch) -> None:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        before = live_thread_ids()
+        self.session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        note_pool_threads(self.session, before)
+        self.thread_ids = pool_threads(self.session) or ()
+        self._switch = switch
+        self.last_run_started_ns = 0
+
+    def run(self, feeds: dict[str, np.ndarray], profile_prefix: str | None = None) -> None:
+        """One run; profiled into ``<profile_prefix>_<time>.json`` when given one."""
+        options = ort.RunOptions()
+        if profile_prefix is not None:
+            self._switch.enable(options, profile_prefix)
+        self.last_run_started_ns = time.time_ns()  # ORT's profile starts at ts 0 then
+        self.session.run(None, feeds, options)
+
+
 @dataclass
 class Perf:
     counters: PerfCounters
     plan: Plan
+    pool: Pool
 
 
 @dataclass
@@ -98,39 +124,33 @@ class Config:
         return f"{period_ns / 1000:.0f} us" if period_ns else "none"
 
 
-def perf_config(label: str, events: list[str], period_ns: int | None, session: CSession):
+def perf_config(label: str, events: list[str], period_ns: int | None, session: Session):
     counters = PerfCounters(parse_events(events), period_ns, True)
     if not counters.prepare() or counters._plan is None:
         print(f"perf counters are unusable here: {counters.unavailable}")
         sys.exit(0)
-    return Config(label, Perf(counters, counters._plan))
+    pool = counters.pool(session.thread_ids, stays_on=False)  # as the profiler opens it
+    for problem in pool.problems:
+        print(f"{label}: {problem}", file=sys.stderr)
+    return Config(label, Perf(counters, counters._plan, pool))
 
 
-def measure(config: Config, session: CSession, feeds, prefix: str, keep: bool) -> None:
-    """One timed run (after an untimed unprofiled one); records it when ``keep``. A perf
-    configuration opens its pool for the two runs: the groups of a pool that stays on (as in
-    twin mode) must not count, nor sample, the other configurations' runs."""
+def measure(config: Config, session: Session, feeds, prefix: str, keep: bool) -> None:
+    """One timed run (after an untimed unprofiled one); records it when ``keep``."""
     clock = time.perf_counter_ns
     perf = config.perf
+    session.run(feeds)  # untimed, uncounted: the session's pool groups stay switched off
     if perf is None:
-        session.run(feeds)
         t0 = clock()
         session.run(feeds, profile_prefix=prefix if config.profiled else None)
         elapsed = clock() - t0
     else:
-        pool = perf.counters.pool(session.thread_ids, stays_on=True)
-        for problem in pool.problems:
-            print(f"{config.label}: {problem}", file=sys.stderr)
-        try:
-            counted(perf.counters, pool, lambda: session.run(feeds)).settle()  # untimed
-            t0 = clock()
-            raw = counted(perf.counters, pool, lambda: session.run(feeds, profile_prefix=prefix))
-            elapsed = clock() - t0
-            t0 = clock()  # the worker's work on the run: settle (before the pool closes) ...
-            threads, _ = raw.settle()
-            worker_ns = clock() - t0
-        finally:
-            pool.close()
+        t0 = clock()
+        raw = counted(perf.counters, perf.pool, lambda: session.run(feeds, profile_prefix=prefix))
+        elapsed = clock() - t0
+        t0 = clock()  # the worker's work on the run: settle ...
+        threads, _ = raw.settle()
+        worker_ns = clock() - t0
     files = glob.glob(f"{prefix}_*.json")
     if keep:
         config.times.append(elapsed)
@@ -142,7 +162,7 @@ def measure(config: Config, session: CSession, feeds, prefix: str, keep: bool) -
                 config.filled += taken.filled
         config.samples.append(len(records.group_samples))
         t0 = clock()  # ... read the profile, attribute
-        profile = read_profile(files[0], start := session.last_run_started_ns())
+        profile = read_profile(files[0], start := session.last_run_started_ns)
         nodes = profile.runs[0].nodes
         windows = [(start + int(n.ts * 1000), start + int(n.end * 1000)) for n in nodes]
         perf.counters.attribute(raw, windows)
@@ -180,10 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    load_api().env  # noqa: B018 (its threads, started on first use, are not the session's)
-    session = CSession(
-        SessionConfig(matmul_chain(args.size, args.depth), intra_op_num_threads=args.threads)
-    )
+    switch = run_profiling_switch()  # its probe's private session: not the session's threads
+    if isinstance(switch, Unrecognized):
+        print(f"runs cannot be profiled here: {switch.reason}")
+        return 0
+    session = Session(matmul_chain(args.size, args.depth), args.threads, switch)
     feeds = {"x": np.random.default_rng(1).standard_normal((args.size, args.size), np.float32)}
     configs = [Config(UNPROFILED, None, profiled=False), Config(BASELINE, None)]
     try:
@@ -204,8 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for config in configs:
             if config.perf is not None:
+                config.perf.pool.close()
                 config.perf.counters.close()
-        session.close()
 
     base = configs[1].times
     base_ms = statistics.median(base) / 1e6

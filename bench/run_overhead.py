@@ -10,14 +10,13 @@ machine's drift hits them alike; a difference is taken per iteration and its med
   instrumented  ``session.run`` through otel-ort, same SDK providers (BatchSpanProcessor with
                 a null exporter, SDK MeterProvider)
   noop          ``session.run`` through otel-ort with no-op tracer and meter providers
-  served        ``session.run`` through otel-ort in ``profile_mode="serve"``, SDK providers:
-                the run executes on the session's twin, through the C API
-Own cost = instrumented - by hand. Targets: own cost <= 5 us; noop - bare <= 2 us. Serve
-mode's extra = (served - by hand) - own cost: what running on the twin adds (its calls are
-timed in blocks, so that the twin and ORT's session each run warm). Then runs per
-second with ``--threads`` threads calling the instrumented session at once, on ORT's session
-(twin mode) and on the twin (serve mode). The session is made while instrumented, so that a
-twin can copy its options.
+  off           ``session.run`` through otel-ort in ``profile_mode="off"``, SDK providers: no
+                profiler, so no sampler to ask and no count of the session's runs in flight
+Own cost = instrumented - by hand. Targets: own cost <= 5 us; noop - bare <= 2 us. What
+profiling adds to an unprofiled run = instrumented - off (the sampler's answer and the
+session's runs-in-flight count, which gates its first profiled run). Then runs per second
+with ``--threads`` threads calling the session at once: bare, and instrumented (where the
+runs-in-flight count is shared by every thread).
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -40,14 +38,11 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import NoOpTracerProvider, SpanKind
 
-from otel_ort import OrtInstrumentor, flush_profiles, semconv
+from otel_ort import OrtInstrumentor, semconv
 from otel_ort.demo_model import mlp_model
 from otel_ort.feeds import describe_feeds
 from otel_ort.metrics import run_duration_histogram
 from otel_ort.session_facts import facts_for
-
-SERVE_BLOCK = 8
-"""Serve mode's calls run in blocks of this many (see ``paired``)."""
 
 
 class NullExporter(SpanExporter):
@@ -55,13 +50,8 @@ class NullExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-def paired(
-    calls: dict[str, Callable[[], object]], iterations: int, block: int = 1
-) -> dict[str, list[int]]:
-    """Time each call once per iteration, rotating the order; ns per call, per name. With
-    ``block`` > 1, each call runs ``block`` times in a row and the first is not kept: calls on
-    two sessions (serve mode: ORT's and the twin) then find their own weights in the caches,
-    as when every run goes to one of them, rather than the other's."""
+def paired(calls: dict[str, Callable[[], object]], iterations: int) -> dict[str, list[int]]:
+    """Time each call once per iteration, rotating the order; ns per call, per name."""
     clock = time.perf_counter_ns
     names = list(calls)
     samples: dict[str, list[int]] = {name: [] for name in names}
@@ -69,11 +59,9 @@ def paired(
         for k in range(len(names)):
             name = names[(i + k) % len(names)]
             call = calls[name]
-            for repeat in range(block):
-                t0 = clock()
-                call()
-                if repeat or block == 1:
-                    samples[name].append(clock() - t0)
+            t0 = clock()
+            call()
+            samples[name].append(clock() - t0)
     return samples
 
 
@@ -117,13 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     instrumentor = OrtInstrumentor()
-    profiles = tempfile.TemporaryDirectory()
-    serve = {"profile_mode": "serve", "profile_dir": profiles.name}
-    instrumentor.instrument(**serve)  # records the options: a session made now can have a twin
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(mlp_model(width=16, depth=1), options)
-    instrumentor.uninstrument()
     feed = {"x": np.ones((1, 16), np.float32)}
     original_run = Session.run
 
@@ -159,18 +143,13 @@ def main(argv: list[str] | None = None) -> int:
                 meter_provider, {}),
         "noop": ({"bare": bare, "noop": instrumented}, NoOpTracerProvider(), NoOpMeterProvider(),
                  {}),
-        "serve": ({"bare": bare, "by hand": by_hand, "served": instrumented}, tracer_provider,
-                  meter_provider, serve),
+        "off": ({"by hand": by_hand, "instrumented": instrumented}, tracer_provider,
+                meter_provider, {"profile_mode": "off"}),
     }  # fmt: skip
 
     def instrument(setup: str) -> None:
         _, tracers, meters, options = setups[setup]
         instrumentor.instrument(tracer_provider=tracers, meter_provider=meters, **options)
-        instrumented()  # in serve mode: asks for the twin
-        flush_profiles()  # ... and waits until it serves
-        twin = session.__dict__.get("_otel_ort_twin")
-        if setup == "serve" and (twin is None or not twin.serves_unprofiled):
-            sys.exit(f"serve mode: the twin does not serve ({twin and twin.reason})")
 
     samples: dict[str, list[int]] = {}
     for _ in range(500):
@@ -178,21 +157,19 @@ def main(argv: list[str] | None = None) -> int:
     for done in range(args.rounds):
         for setup, (calls, *_) in setups.items():
             instrument(setup)
-            block = SERVE_BLOCK if setup == "serve" else 1
             paired(calls, 100)  # warm-up after switching
-            for name, values in paired(calls, args.calls // block, block).items():
+            for name, values in paired(calls, args.calls).items():
                 samples.setdefault(f"{setup}/{name}", []).extend(values)
             instrumentor.uninstrument()
         print(f"\rround {done + 1}/{args.rounds}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
-    rates: dict[str, list[float]] = {"sdk": [], "serve": []}
+    rates: dict[str, list[float]] = {"bare": [], "instrumented": []}
     for _ in range(3):  # alternating, for the drift
-        for setup, measured in rates.items():
-            instrument(setup)
-            measured.append(runs_per_second(instrumented, args.threads, seconds=1.0))
-            instrumentor.uninstrument()
+        rates["bare"].append(runs_per_second(bare, args.threads, seconds=1.0))
+        instrument("sdk")
+        rates["instrumented"].append(runs_per_second(instrumented, args.threads, seconds=1.0))
+        instrumentor.uninstrument()
     tracer_provider.shutdown()
-    profiles.cleanup()
 
     bare_us = median_us(samples["sdk/bare"])
     own = median_diff_us(samples["sdk/instrumented"], samples["sdk/by hand"])
@@ -206,23 +183,23 @@ def main(argv: list[str] | None = None) -> int:
          ""),
         ("otel-ort's own cost (instrumented - by hand)", own, "target <= 5 us"),
         ("total overhead, no-op providers (noop - bare)", noop, "target <= 2 us"),
-        ("serve mode: run on the twin (SDK providers)", median_us(samples["serve/served"]), ""),
-        ("serve mode's extra ((served - by hand) - own)",
-         median_diff_us(samples["serve/served"], samples["serve/by hand"]) - own, ""),
+        ("own cost, profiling off (instrumented - by hand)",
+         median_diff_us(samples["off/instrumented"], samples["off/by hand"]), ""),
+        ("profiling's share of own cost (on - off)",
+         own - median_diff_us(samples["off/instrumented"], samples["off/by hand"]), ""),
     ]  # fmt: skip
     n = args.rounds * args.calls
     print(f"\nunprofiled run of a 1-layer MLP; medians over {n} iterations, differences paired\n")
-    print(f"| {'measure':<46} | {'us':>8} | {'x bare':>7} | {'target':<14} |")
-    print(f"|{'-' * 48}|{'-' * 9}:|{'-' * 8}:|{'-' * 16}|")
+    print(f"| {'measure':<50} | {'us':>8} | {'x bare':>7} | {'target':<14} |")
+    print(f"|{'-' * 52}|{'-' * 9}:|{'-' * 8}:|{'-' * 16}|")
     for label, value, target in rows:
         ratio = f"{value / bare_us:.2f}x"
-        print(f"| {label:<46} | {value:8.2f} | {ratio:>7} | {target:<14} |")
-    twin_mode, serve_mode = (statistics.median(rates[setup]) for setup in ("sdk", "serve"))
+        print(f"| {label:<50} | {value:8.2f} | {ratio:>7} | {target:<14} |")
+    bare_rate, instrumented_rate = (statistics.median(rates[name]) for name in rates)
     print(
-        f"\n{args.threads} threads running the instrumented session for 1 s: "
-        f"{twin_mode:.0f} runs/s in twin mode (on ORT's session), {serve_mode:.0f} in serve mode "
-        "(on the twin): "
-        f"{serve_mode / twin_mode:.2f}x (medians of 3)"
+        f"\n{args.threads} threads running the session for 1 s: {bare_rate:.0f} runs/s bare, "
+        f"{instrumented_rate:.0f} instrumented (SDK providers): "
+        f"{instrumented_rate / bare_rate:.2f}x (medians of 3)"
     )
     sdk = median_diff_us(samples["sdk/by hand"], samples["sdk/bare"])
     verdict = {True: "met", False: "MISSED"}

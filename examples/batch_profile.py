@@ -29,7 +29,7 @@ import onnxruntime as ort
 from opentelemetry import trace
 
 import otel_ort
-from otel_ort import OrtInstrumentor, profile_next_run
+from otel_ort import OrtInstrumentor
 from otel_ort.profiling import chrome
 
 DTYPES = {
@@ -77,12 +77,6 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             print(f"batch_profile: {exc}", file=sys.stderr)
             return 2
-        # A session's first selected run only starts building its profiling twin (that run's
-        # span says skip_reason=twin_not_ready). A forced warm-up run, and flush_profiles()
-        # waiting for the build, make every selected run of the loop a profiled one.
-        with profile_next_run():
-            session.run(None, feeds.next())
-        otel_ort.flush_profiles(timeout=120)
         progress = Progress(args.batches)
         for _ in range(args.batches):
             session.run(None, feeds.next())
@@ -188,7 +182,7 @@ def print_summary(args: argparse.Namespace, directory: Path, written: list[Path]
     kept = list(directory.glob("otel-ort_*.json"))
     size = sum(path.stat().st_size for path in kept)
     rows = [
-        ("runs", args.batches, f"batches of {args.batch_size}, after 1 warm-up run"),
+        ("runs", args.batches, f"batches of {args.batch_size}"),
         ("selected for profiling", selected, f"every {args.every}th run"),
         ("profiled runs", len(written), "this job's Chrome-trace JSON files"),
         ("profile files", len(kept), f"{megabytes(size)} kept in {directory}"),

@@ -1,13 +1,15 @@
 """``otel-ort profile``: run a model with ORT's run-level profiling and show where the time went.
 
-The model runs through ORT's C API (:mod:`otel_ort.capi`: CPU provider, ORT's default options)
+The model runs on an ``onnxruntime.InferenceSession`` (CPU provider, ORT's default options)
 on inputs built from its signature: seeded random data unless ``--input`` gives a ``.npy``
 file, unknown dimensions from ``--shape`` or else 1. After ``--warmup`` unprofiled runs, each
-profiled run gets its own file, kept in the instrumentation's published form (``ProfileStore``
-names and retention, ``chrome.enrich``); with ``--otlp-endpoint`` each run is also sent as one
-trace: a run span over a span per node. perf counts the session's threads during the profiled
-runs (``--perf-events``, default as the instrumentation's ``perf_events``): per node in the
-tables, the spans and the kept files' counter tracks.
+profiled run is given a fresh ``RunOptions`` on which run-level profiling is switched on
+(:mod:`otel_ort.profiling.run_options`), so it gets its own file, kept in the instrumentation's
+published form (``ProfileStore`` names and retention, ``chrome.enrich``); with
+``--otlp-endpoint`` each run is also sent as one trace: a run span over a span per node. perf
+counts the session's threads during the profiled runs (``--perf-events``, default as the
+instrumentation's ``perf_events``): per node in the tables, the spans and the kept files'
+counter tracks.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import dataclasses
 import os
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -27,7 +30,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanContext, format_span_id, format_trace_id
 
-from otel_ort.capi import CApi, CSession, OrtError, SessionConfig, UnsupportedValue, load_api
 from otel_ort.delivery import SpanDelivery
 from otel_ort.model_inputs import (
     InputError,
@@ -50,6 +52,13 @@ from otel_ort.profiling.chrome import VIEWERS
 from otel_ort.profiling.kept import publish_run, read_run
 from otel_ort.profiling.model import Profile
 from otel_ort.profiling.reader import ProfileError
+from otel_ort.profiling.run_options import (
+    LayoutChanged,
+    RunProfilingSwitch,
+    Unrecognized,
+    run_profiling_switch,
+)
+from otel_ort.profiling.session_runs import live_thread_ids, note_pool_threads, pool_threads
 from otel_ort.profiling.store import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_FILES,
@@ -132,40 +141,58 @@ def _profile(request: ProfileRequest, out: TextIO, err: TextIO) -> None:
     shapes = parse_pairs(request.shapes, "--shape", parse_dims)
     arrays = parse_pairs(request.inputs, "--input", load_array)
     perf = _perf_options(request.perf_events)
-    api = _run_profiling_api()
-    # before the profiled session opens: read_inputs's own session is gone by then
+    switch = _run_profiling_switch()
+    # before the profiled session opens: read_inputs's own session is gone by then, and the
+    # threads it and ORT's environment started are not the profiled session's pool
     feeds, lines = build_feeds(read_inputs(request.model), shapes, arrays)
-    with _open_session(request.model, api) as session:
-        store = _open_store(request.profile_dir, request.max_files)
-        print(f"{printable(request.model)}: ONNX Runtime {api.ort_version}, C API, CPU", file=out)
-        for line in lines:  # input names are the model's
-            print(printable(line), file=out)
-        print(
-            f"{plural(request.warmup, 'warm-up run')}, {plural(request.runs, 'profiled run')}",
-            file=out,
-        )
-        made_up = bool(feeds.keys() - arrays.keys())
-        with _failures_explained(made_up):
-            _warm_up(session, feeds, request.warmup, store, err)
-        with _Counting(perf, session) as counting:
-            with _failures_explained(made_up):
-                runs, interrupted = _run(session, feeds, request, store, counting, err)
-            exporting = _Exporting(request) if request.otlp_endpoint else None
-            try:
-                profiles = _keep_all(runs, store, request.model, counting, exporting, err)
-            except Exception:
-                if exporting is not None:  # the traces queued so far leave now, counted
-                    with contextlib.suppress(UserError):
-                        exporting.close(out)
-                raise
-            finally:  # ORT's files of runs not kept (those kept are already gone)
-                for run in runs:
-                    remove_files(store.written(run.files))
-            _print_results(profiles, store, request.model, counting, out)
+    session = _open_session(request.model, switch)
+    store = _open_store(request.profile_dir, request.max_files)
+    print(f"{printable(request.model)}: ONNX Runtime {session.version}, CPU", file=out)
+    for line in lines:  # input names are the model's
+        print(printable(line), file=out)
+    print(
+        f"{plural(request.warmup, 'warm-up run')}, {plural(request.runs, 'profiled run')}",
+        file=out,
+    )
+    made_up = bool(feeds.keys() - arrays.keys())
+    with _failures_explained(made_up):
+        _warm_up(session, feeds, request.warmup, store, err)
+    exporting, interrupted = _measure(session, feeds, request, store, perf, made_up, out, err)
+    del session  # its intra-op pool's threads end before the traces leave
     if exporting is not None:
         exporting.close(out)
     if interrupted:
         raise KeyboardInterrupt  # said by the command, with its exit status
+
+
+def _measure(
+    session: _Session,
+    feeds: dict[str, Any],
+    request: ProfileRequest,
+    store: ProfileStore,
+    perf: PerfOptions | None,
+    made_up: bool,
+    out: TextIO,
+    err: TextIO,
+) -> tuple[_Exporting | None, bool]:
+    """The profiled runs, counted, kept (and queued as traces), then their tables; what sends
+    the traces, and whether Ctrl-C cut the runs short."""
+    with _Counting(perf, session.pool_threads, session.sequential) as counting:
+        with _failures_explained(made_up):
+            runs, interrupted = _run(session, feeds, request, store, counting, err)
+        exporting = _Exporting(request) if request.otlp_endpoint else None
+        try:
+            profiles = _keep_all(runs, store, request.model, counting, exporting, err)
+        except Exception:
+            if exporting is not None:  # the traces queued so far leave now, counted
+                with contextlib.suppress(UserError):
+                    exporting.close(out)
+            raise
+        finally:  # ORT's files of runs not kept (those kept are already gone)
+            for run in runs:
+                remove_files(store.written(run.files))
+        _print_results(profiles, store, request.model, counting, out)
+    return exporting, interrupted
 
 
 def _print_results(
@@ -209,26 +236,67 @@ def _open_store(directory: str, max_files: int) -> ProfileStore:
         raise UserError(f"--profile-dir: {exc}") from None
 
 
-def _run_profiling_api() -> CApi:
-    try:
-        api = load_api()
-    except OSError as exc:
-        raise UserError(str(exc)) from None
-    if not api.supports_run_profiling:
+def _run_profiling_switch() -> RunProfilingSwitch:
+    switch = run_profiling_switch()
+    if isinstance(switch, Unrecognized):
         raise UserError(
-            f"ONNX Runtime {api.ort_version} cannot profile single runs (C API "
-            f"{api.api_version}; run-level profiling needs 1.25 or newer): "
-            "pip install -U onnxruntime"
+            f"run-level profiling cannot be switched on in this ONNX Runtime ({switch.reason}); "
+            "it needs 1.25 or newer on 64-bit Linux: pip install -U onnxruntime"
         )
-    return api
+    return switch
 
 
-def _open_session(model: str, api: CApi) -> CSession:
+@dataclass(frozen=True)
+class _Session:
+    """The profiled ``onnxruntime.InferenceSession``, with what perf counting needs of it."""
+
+    session: Any
+    switch: RunProfilingSwitch
+    version: str
+    pool_threads: tuple[int, ...]
+    """OS ids of the threads ORT started for the session (its intra-op pool): the process's
+    new threads while it was made, less Python's (another library's would be counted too)."""
+    sequential: bool
+    """Nodes run one at a time, each on the thread that called ``run``."""
+
+    def options(self, prefix: str) -> Any:
+        """A fresh ``RunOptions`` profiling its run into ``<prefix>_<time>.json``."""
+        import onnxruntime
+
+        options = onnxruntime.RunOptions()
+        try:
+            self.switch.enable(options, prefix)
+        except LayoutChanged as exc:
+            raise UserError(f"run-level profiling could not be switched on: {exc}") from None
+        return options
+
+    def run(self, feeds: dict[str, Any], options: Any = None) -> None:
+        """One run; ``_ModelFailed`` with ORT's message if it fails."""
+        try:
+            self.session.run(None, feeds, options)
+        except Exception as exc:  # ORT's own exception types
+            raise _ModelFailed(str(exc)) from None
+
+
+def _open_session(model: str, switch: RunProfilingSwitch) -> _Session:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # ORT's log lines would repeat the errors said here
+    before = live_thread_ids()
     try:
-        # ORT's own log lines would repeat the errors said here, in its colours
-        return CSession(SessionConfig(model=model, log_severity_level=3), api)
-    except (OrtError, UnsupportedValue) as exc:
+        session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # ORT's own exception types
         raise UserError(f"{model}: ONNX Runtime cannot open this model: {exc}") from None
+    note_pool_threads(session, before)
+    mode = session.get_session_options().execution_mode
+    return _Session(
+        session,
+        switch,
+        onnxruntime.__version__,
+        pool_threads(session) or (),
+        mode == onnxruntime.ExecutionMode.ORT_SEQUENTIAL,
+    )
 
 
 @dataclass(frozen=True)
@@ -245,8 +313,10 @@ class _Counting:
     around each run, so ORT's pool spinning between runs is not counted); off, or saying why
     not, where perf cannot count. Never raises: what goes wrong is said in ``describe``."""
 
-    def __init__(self, options: PerfOptions | None, session: CSession) -> None:
-        self._caller_runs_nodes = session.sequential
+    def __init__(
+        self, options: PerfOptions | None, threads: Sequence[int], sequential: bool
+    ) -> None:
+        self._caller_runs_nodes = sequential
         self._perf: PerfCounters | None = None
         self._pool: Pool | None = None
         self._problems: Counter[str] = Counter()
@@ -256,7 +326,7 @@ class _Counting:
             self._perf = PerfCounters(options.events, options.period_ns, options.explicit)
             try:
                 if self._perf.prepare(quiet=True):  # switched per run: ORT's pool spinning
-                    self._pool = self._perf.pool(session.thread_ids, stays_on=False)  # between
+                    self._pool = self._perf.pool(threads, stays_on=False)  # between
                     # runs is no run's, and no request waits on the switching here
             except Exception as exc:
                 self._perf.unavailable = f"perf counters could not be set up: {exc!r}"
@@ -319,7 +389,7 @@ class _Counting:
 
 
 def _warm_up(
-    session: CSession, feeds: dict[str, Any], runs: int, store: ProfileStore, err: TextIO
+    session: _Session, feeds: dict[str, Any], runs: int, store: ProfileStore, err: TextIO
 ) -> None:
     """The unprofiled warm-up runs, then a profiled run that is not kept: ORT starts its
     profiler on a session's first one (about a millisecond), which is no run's time."""
@@ -329,36 +399,37 @@ def _warm_up(
         for done in range(1, runs + 1):
             session.run(feeds)
             progress.update(done)
-        session.run(feeds, profile_prefix=files.prefix)
-    except (OrtError, UnsupportedValue) as exc:
-        raise _ModelFailed(str(exc)) from None
+        session.run(feeds, session.options(files.prefix))
     finally:
         remove_files(store.written(files))
 
 
 def _run(
-    session: CSession,
+    session: _Session,
     feeds: dict[str, Any],
     request: ProfileRequest,
     store: ProfileStore,
     counting: _Counting,
     err: TextIO,
 ) -> tuple[list[_ProfiledRun], bool]:
-    """The profiled runs, each with its own file prefix, counted; each profile's time base is
-    when the run called ORT (after the inputs were converted); and whether Ctrl-C cut them
-    short (then the runs done are returned: those kept are shown, the exit status is 130)."""
+    """The profiled runs, each with its own RunOptions and file prefix, counted; each profile's
+    time base is read just before the run is called (ORT's starts once it has checked the
+    inputs); and whether Ctrl-C cut them short (then the runs done are returned: those kept are
+    shown, the exit status is 130)."""
     runs: list[_ProfiledRun] = []
     progress = _Progress(request.runs, err, "profiled")
     files: RunFiles | None = None
     try:
         for done in range(1, request.runs + 1):
             files = store.new_run()
+            options = session.options(files.prefix)
             started = counting.begin()
+            start_ns = time.time_ns()
             try:
-                session.run(feeds, profile_prefix=files.prefix)
+                session.run(feeds, options)
             finally:
                 counted = counting.end(started)
-                runs.append(_ProfiledRun(files, session.last_run_started_ns(), counted))
+                runs.append(_ProfiledRun(files, start_ns, counted))
             progress.update(done)
     except KeyboardInterrupt:  # Ctrl-C: the runs done so far are kept and shown
         if files is not None:
@@ -369,10 +440,12 @@ def _run(
             raise
         print(f"\ninterrupted: keeping the {plural(len(runs), 'run')} done", file=err)
         return runs, True
-    except (OrtError, UnsupportedValue) as exc:
+    except (_ModelFailed, UserError):
+        if files is not None:  # (a run whose profiling was not switched on is not in runs)
+            remove_files(store.written(files))
         for run in runs:
             remove_files(store.written(run.files))
-        raise _ModelFailed(str(exc)) from None
+        raise
     return runs, False
 
 

@@ -1,9 +1,9 @@
 """Which runs are profiled: profile samplers, and forcing the profile of the current run.
 
 A profile sampler is asked once per run, on the request thread, after the run span started:
-``should_profile(span_context)`` must be cheap and thread-safe. Independently of the sampler, a run is profiled when forced, by :func:`profile_next_run` or
-by the baggage entry ``onnxruntime.profile=1`` (set by an upstream service, it travels with
-the trace).
+``should_profile(span_context)`` must be cheap and thread-safe. Independently of the
+sampler, a run is profiled when forced, by :func:`profile_next_run` or by the baggage entry
+``onnxruntime.profile=1`` (set by an upstream service, it travels with the trace).
 
 ``OTEL_ORT_PROFILE_SAMPLER`` spells a sampler as text; :func:`parse_sampler` reads it.
 """

@@ -250,11 +250,38 @@ class RunTelemetry:
                 except BaseException as exc:
                     self._finish(span, facts, session, 0.0, exc)
                     raise
-        start = perf_counter()
+        start = [perf_counter()]
+        on_done = self._on_done(run, profiler, runs, call, callback, caller_context, start)
+        if len(args) > 2:
+            args = (*args[:2], on_done, *args[3:])
+        else:
+            kwargs = {**kwargs, "callback": on_done}
+        try:
+            if call is not None:
+                call.begin()
+                start[0] = perf_counter()
+            return wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self._ended(profiler, runs, call)
+            self._finish(span, facts, session, perf_counter() - start[0], exc)
+            raise
+
+    def _on_done(
+        self,
+        run: _Run,
+        profiler: Profiler | None,
+        runs: SessionRuns | None,
+        call: ProfiledCall | None,
+        callback: Callable[[Any, Any, str], Any],
+        caller_context: Context,
+        start: list[float],
+    ) -> Callable[[Any, Any, str], Any]:
+        """``run_async``'s callback: end the run (its span, or its profiled run's hand-off),
+        then call the user's ``callback`` in the caller's context."""
 
         def on_done(results: Any, user_data: Any, err: str) -> Any:
             try:
-                duration = perf_counter() - start
+                duration = perf_counter() - start[0]
                 if call is not None and profiler is not None and not err:
                     end_ns = time_ns()
                     profiled = call.end()
@@ -263,7 +290,7 @@ class RunTelemetry:
                     )
                 else:
                     self._ended(profiler, runs, call)
-                    self._finish(span, facts, session, duration, err or None, results)
+                    self._finish(run.span, run.facts, run.session, duration, err or None, results)
             finally:  # even after a response_hook's KeyboardInterrupt: the caller waits on it
                 token = otel_context.attach(caller_context)
                 try:
@@ -272,19 +299,7 @@ class RunTelemetry:
                     otel_context.detach(token)
             return returned
 
-        if len(args) > 2:
-            args = (*args[:2], on_done, *args[3:])
-        else:
-            kwargs = {**kwargs, "callback": on_done}
-        try:
-            if call is not None:
-                call.begin()
-                start = perf_counter()
-            return wrapped(*args, **kwargs)
-        except BaseException as exc:
-            self._ended(profiler, runs, call)
-            self._finish(span, facts, session, perf_counter() - start, exc)
-            raise
+        return on_done
 
     @staticmethod
     def _ended(

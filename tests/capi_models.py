@@ -1,4 +1,5 @@
-"""Small real ONNX models for the C API binding tests, built with onnx.helper."""
+"""Small real ONNX models of many value types (strings, sequences, maps, optionals, subgraphs),
+built with onnx.helper."""
 
 from __future__ import annotations
 

@@ -19,7 +19,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_ort import OrtInstrumentor
-from otel_ort.capi import CSession
 from otel_ort.demo_model import mlp_model
 
 CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
@@ -126,15 +125,24 @@ def mlp_path(tmp_path_factory: pytest.TempPathFactory, mlp_bytes: bytes) -> Path
     return path
 
 
-def held_runs(session: CSession) -> tuple[threading.Event, threading.Event]:
-    """Make ``session``'s runs wait before calling ORT: (set when one waits, set to let go)."""
+class _HeldRuns:
+    """ORT's C++ session behind an ``InferenceSession``: its ``run`` waits until let go."""
+
+    def __init__(self, sess: Any, waiting: threading.Event, go: threading.Event) -> None:
+        self._sess, self._waiting, self._go = sess, waiting, go
+
+    def run(self, *args: Any) -> Any:
+        self._waiting.set()
+        self._go.wait()
+        return self._sess.run(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sess, name)
+
+
+def held_runs(session: ort.InferenceSession) -> tuple[threading.Event, threading.Event]:
+    """Make ``session.run`` wait just before ORT's C++ run, inside otel-ort's wrapper (the run
+    is in flight): (set when one waits, set to let go)."""
     waiting, go = threading.Event(), threading.Event()
-    run = session._run
-
-    def held(*args: Any) -> Any:
-        waiting.set()
-        go.wait()
-        return run(*args)
-
-    session._run = held
+    session._sess = _HeldRuns(session._sess, waiting, go)
     return waiting, go

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+from onnx import TensorProto, helper
 
 from otel_ort.demo_model import mlp_model
-from tests.capi_models import loop
 
 
 def session_level_profile(
@@ -68,13 +68,44 @@ def write(path: Path, events: Any) -> Path:
     return path
 
 
+def loop_model() -> bytes:
+    """``Loop`` over ``trips`` iterations: running sum of ``x`` and every partial sum."""
+
+    def tensor(name: str, element: int, shape: list[int | str]) -> Any:
+        return helper.make_tensor_value_info(name, element, shape)
+
+    float3, flag = TensorProto.FLOAT, TensorProto.BOOL
+    body = helper.make_graph(
+        [
+            helper.make_node("Add", ["acc_in", "x"], ["acc_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Identity", ["acc_out"], ["partial"]),
+        ],
+        "body",
+        [tensor("i", TensorProto.INT64, []), tensor("cond_in", flag, []),
+         tensor("acc_in", float3, [3])],
+        [tensor("cond_out", flag, []), tensor("acc_out", float3, [3]),
+         tensor("partial", float3, [3])],
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "", "start"], ["total", "partials"], body=body)],
+        "loop",
+        [tensor("trips", TensorProto.INT64, []), tensor("start", float3, [3]),
+         tensor("x", float3, [3])],
+        [tensor("total", float3, [3]), tensor("partials", float3, ["k", 3])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    data: bytes = model.SerializeToString()
+    return data
+
+
 def loop_profile(directory: Path, trips: int) -> Path:
-    """A session-level profile of one run of ``capi_models.loop`` (``trips`` iterations):
+    """A session-level profile of one run of ``loop_model`` (``trips`` iterations):
     the Loop node's window holds its body's nodes."""
     options = ort.SessionOptions()
     options.enable_profiling = True
     options.profile_file_prefix = str(directory / "loop")
-    session = ort.InferenceSession(loop(), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(loop_model(), options, providers=["CPUExecutionProvider"])
     ones = np.ones(3, np.float32)
     session.run(None, {"trips": np.array(trips, np.int64), "start": ones, "x": ones})
     return Path(session.end_profiling())

@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_ort import configure, flush_profiles, semconv
+from otel_ort import configure, flush_profiles, profile_next_run, semconv
 from otel_ort.delivery import SpanDelivery
 from otel_ort.demo_model import mlp_model
 from otel_ort.instrumentation import wait_for_profiles
@@ -70,12 +70,10 @@ def test_traces_and_metrics_reach_the_endpoint(protocol: str, tmp_path: Path) ->
         }
         with instrumentation(**providers, profile_sampler="always", profile_dir=tmp_path / "p"):
             session = ort.InferenceSession(mlp_model(32, 3), providers=["CPUExecutionProvider"])
-            session.run(None, FEEDS)
-            assert flush_profiles(timeout=30)  # the twin is built and primed
             session.run(None, FEEDS)  # profiled
             assert flush_profiles(timeout=30)
         telemetry.shutdown()  # flushes both providers
-        received = receiver.wait_for_spans(1 + 2 + 3)
+        received = receiver.wait_for_spans(1 + 1 + 3)
         assert semconv.METRIC_RUN_DURATION in receiver.metric_names()
         headers = receiver.headers
 
@@ -139,11 +137,11 @@ def _one_profiled_run(endpoint: str, protocol: str, profile_dir: Path) -> Iterat
         "tracer_provider": telemetry.tracer_provider,
         "meter_provider": telemetry.meter_provider,
     }
-    with instrumentation(**providers, profile_sampler="always", profile_dir=profile_dir):
+    with instrumentation(**providers, profile_dir=profile_dir):
         session = ort.InferenceSession(mlp_model(32, 3), providers=["CPUExecutionProvider"])
-        session.run(None, FEEDS)  # builds and primes the twin
-        assert wait_for_profiles(30)
-        session.run(None, FEEDS)  # profiled
+        session.run(None, FEEDS)
+        with profile_next_run():
+            session.run(None, FEEDS)
         assert wait_for_profiles(30)
         try:
             yield telemetry
@@ -283,7 +281,7 @@ def test_a_profile_burst_does_not_evict_request_spans(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Request spans have a queue of 64 here, a slow collector takes 30 ms per export, and
-    profiles deliver 20 x 60 node spans meanwhile (the first run builds the twin)."""
+    profiles deliver 20 x 60 node spans meanwhile."""
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "64")
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "32")
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
@@ -294,8 +292,6 @@ def test_a_profile_burst_does_not_evict_request_spans(
         options = {"tracer_provider": telemetry.tracer_provider, "profile_dir": tmp_path / "p"}
         with instrumentation(**options, profile_sampler="always"):
             session = ort.InferenceSession(mlp_model(8, depth), providers=["CPUExecutionProvider"])
-            session.run(None, {"x": np.ones((1, 8), np.float32)})
-            assert flush_profiles(timeout=30)
 
             def requests() -> None:
                 for _ in range(requests_per_thread):
@@ -311,13 +307,13 @@ def test_a_profile_burst_does_not_evict_request_spans(
                 worker.join()
             assert flush_profiles(timeout=60)
         telemetry.shutdown()
-        expected = threads * requests_per_thread + 1 + (1 + profiled_runs) + profiled_runs * depth
+        expected = threads * requests_per_thread + 1 + profiled_runs + profiled_runs * depth
         received = receiver.wait_for_spans(expected)
 
     names = Counter(span.name for _, span in received)
     assert telemetry.dropped() == {}
     assert names["request"] == threads * requests_per_thread
-    assert names[semconv.SPAN_RUN] == 1 + profiled_runs
+    assert names[semconv.SPAN_RUN] == profiled_runs
     assert sum(names.values()) == expected
 
 

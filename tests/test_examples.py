@@ -94,7 +94,7 @@ requests = [
     }}),
 ]
 results = {{}}
-with TestClient(app) as client:  # runs the app's lifespan: model load and warm-up
+with TestClient(app) as client:  # runs the app's lifespan: the model load
     for name, url, headers in requests:
         response = client.post(url, json={{"inputs": rows}}, headers=headers)
         results[name] = [response.status_code, response.json()]
@@ -162,12 +162,9 @@ def test_fastapi_service_traces_requests_and_profiles_on_demand(tmp_path: Path) 
     assert stat.S_IMODE(profiles.stat().st_mode) == 0o700
     assert len(list(profiles.glob("otel-ort_*.json"))) == 3
 
-    # start-up: the model load and the warm-up run that builds the profiling twin
+    # start-up: the model load, and no run (the first request asking for a profile gets one)
     (startup,) = [s for s in spans if s.name == "startup"]
-    loaded = {s.name: s for s in children[startup.span_id]}
-    assert set(loaded) == {semconv.SPAN_SESSION_CREATE, semconv.SPAN_RUN}
-    warm_up = attributes_of(loaded[semconv.SPAN_RUN])
-    assert warm_up[semconv.PROFILE_SKIP_REASON] == semconv.SKIP_TWIN_NOT_READY
+    assert [s.name for s in children[startup.span_id]] == [semconv.SPAN_SESSION_CREATE]
     assert semconv.METRIC_RUN_DURATION in metric_names
 
 
@@ -230,15 +227,14 @@ def test_batch_profile_exports_the_job_as_one_trace(tmp_path: Path, mlp_path: Pa
         (s for s in children[job.span_id] if s.name == semconv.SPAN_RUN),
         key=lambda s: s.start_time_unix_nano,
     )
-    assert len(runs) == 31  # the warm-up run, then 30 batches
-    warm_up, batches = runs[0], runs[1:]
-    assert attributes_of(warm_up)[semconv.PROFILE_SKIP_REASON] == semconv.SKIP_TWIN_NOT_READY
+    assert len(runs) == 30
     profiled = [
-        index for index, run in enumerate(batches, 1) if attributes_of(run)[semconv.RUN_PROFILED]
+        index for index, run in enumerate(runs, 1) if attributes_of(run)[semconv.RUN_PROFILED]
     ]
-    assert profiled == [10, 20, 30]
+    assert profiled == [10, 20, 30]  # the first selected run too
+    assert not [run for run in runs if semconv.PROFILE_SKIP_REASON in attributes_of(run)]
     for index in profiled:
-        check_profiled(batches[index - 1], children, profiles)
+        check_profiled(runs[index - 1], children, profiles)
 
 
 def test_batch_profile_without_an_endpoint_keeps_profile_files(tmp_path: Path) -> None:

@@ -8,21 +8,26 @@ import os
 import select
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import onnxruntime as ort
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_ort import failures, forking, session_facts
-from otel_ort.capi import library
+from otel_ort import failures, flush_profiles, forking, profile_next_run, semconv, session_facts
 from otel_ort.export import OtlpJsonFileSpanExporter
 from otel_ort.perf import pfm
 from otel_ort.pipeline import CountingSpanExporter, Endpoint
-from otel_ort.profiling import recorded_options
+from otel_ort.profiling import recorded_options, run_options
+from otel_ort.profiling.pool_log import PoolLogs
+from otel_ort.profiling.session_runs import session_runs
 from otel_ort.sampling import RateLimited
+from tests.conftest import Telemetry, attrs, held_runs, instrumentation
 
 
 def locked_in_child(locks: dict[str, Callable[[], threading.Lock]]) -> dict[str, bool]:
@@ -55,14 +60,24 @@ def locked_in_child(locks: dict[str, Callable[[], threading.Lock]]) -> dict[str,
 def test_otel_orts_locks_are_free_in_a_forked_child(tmp_path: Path) -> None:
     exporter = CountingSpanExporter(InMemorySpanExporter(), Endpoint("http://localhost:4318"))
     file_exporter = OtlpJsonFileSpanExporter(tmp_path / "spans.jsonl")
-    api = library.load_api()
     limiter = RateLimited(1.0)
+    switch = run_options.run_profiling_switch()
+    assert not isinstance(switch, run_options.Unrecognized), switch
+    pool_logs = PoolLogs(switch, str(tmp_path))
+
+    class Session:
+        """Stands for an instrumented session: its runs are kept in its __dict__."""
+
+    session = Session()
+    session_runs(session)  # the parent's
     locks: dict[str, Callable[[], threading.Lock]] = {
         "failures": lambda: failures._lock,
         "session facts": lambda: session_facts._collect_lock,
         "recorded options": lambda: recorded_options._recorded_lock,
-        "C API table": lambda: library._apis_lock,
-        "C API": lambda: api._lock,
+        "run-profiling switch": lambda: run_options._found_lock,
+        "thread-pool logs' session": lambda: pool_logs._lock,
+        # the child starts the session's runs afresh: the parent's in flight are not its own
+        "a session's runs": lambda: session_runs(session)._changed._lock,  # type: ignore[attr-defined]
         "counting exporter": lambda: exporter._lock,
         "file exporter": lambda: file_exporter._lock,
         "libpfm loading": lambda: pfm._load_lock,
@@ -136,3 +151,52 @@ def test_a_parents_export_in_flight_is_not_the_childs_to_lose() -> None:
         assert json.loads(pipe.read()) == [0, 0]
     os.waitpid(pid, 0)
     assert exporter.sent == 7
+
+
+def test_a_parents_runs_in_flight_do_not_hold_back_a_childs_profiled_run(
+    tmp_path: Path, mlp_path: Path
+) -> None:
+    """A pre-forking server may fork while runs of a session are in flight on other threads:
+    those runs never end in the child, whose first profiled run of the session must neither
+    wait for them nor be skipped (``session_busy``)."""
+    telemetry = Telemetry()
+    feeds = {"x": np.ones((2, 32), np.float32)}
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1  # no pool threads: they would not exist in the child
+    with instrumentation(**telemetry.providers, profile_dir=str(tmp_path), perf_events=False):
+        session = ort.InferenceSession(mlp_path, options, providers=["CPUExecutionProvider"])
+        waiting, go = held_runs(session)
+        held = threading.Thread(target=session.run, args=(None, feeds))
+        held.start()
+        read_end, write_end = os.pipe()
+        try:
+            assert waiting.wait(30)
+            pid = os.fork()
+            if pid == 0:  # the child: exits, never returns into pytest
+                try:
+                    session._sess = session._sess._sess  # the child's runs go straight to ORT
+                    started = time.monotonic()
+                    with profile_next_run():
+                        session.run(None, feeds)
+                    took = time.monotonic() - started
+                    flushed = flush_profiles(timeout=30)
+                    run = attrs(telemetry.spans(semconv.SPAN_RUN)[-1])
+                    said = [took, flushed, run[semconv.RUN_PROFILED],
+                            run.get(semconv.PROFILE_SKIP_REASON)]  # fmt: skip
+                    os.write(write_end, json.dumps(said).encode())
+                finally:
+                    os._exit(0)
+        finally:
+            go.set()
+            held.join()
+        os.close(write_end)
+        with os.fdopen(read_end) as pipe:
+            ready, _, _ = select.select([pipe], [], [], 60)
+            found = json.loads(pipe.read() or "null") if ready else None
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert found is not None, "the child did not answer"
+    took, flushed, profiled, reason = found
+    assert (flushed, profiled, reason) == (True, True, None)
+    assert took < 2, f"the child's profiled run took {took:.1f} s"

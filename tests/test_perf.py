@@ -35,7 +35,6 @@ import onnxruntime as ort
 import pytest
 
 from otel_ort import flush_profiles, profile_next_run, semconv
-from otel_ort.capi import CSession, SessionConfig
 from otel_ort.perf import kernel
 from otel_ort.perf.attribution import Counted, Read, ThreadRun, attribute, late_start
 from otel_ort.perf.counting import PerfCounters, Pool, RawRun, RunCounts
@@ -44,16 +43,20 @@ from otel_ort.perf.group import ThreadGroup
 from otel_ort.perf.probe import event_problem
 from otel_ort.perf.records import GroupSample, ThreadRecords, parse
 from otel_ort.profiling.reader import read_profile
-from tests import capi_models
+from otel_ort.profiling.run_options import Unrecognized, run_profiling_switch
+from otel_ort.profiling.session_runs import live_thread_ids, note_pool_threads, pool_threads
 from tests.conftest import Telemetry, attrs, instrumentation
 from tests.perf_models import add_chain, branches, matmul_chain
+from tests.profiles import loop_model
 
 CPU = ["CPUExecutionProvider"]
 FIXTURE_CONFIG = Path(__file__).parent / "data" / "perf_config.json"
 
 
 class Counter:
-    """A C-API session counted with ``events``: one profiled, counted run at a time."""
+    """An ORT session counted with ``events`` as the profiler counts one: its intra-op threads
+    found around its construction, each run profiled by ORT (run-level profiling, through a
+    ``RunOptions``), one counted run at a time."""
 
     def __init__(
         self,
@@ -61,14 +64,26 @@ class Counter:
         shape: tuple[int, ...],
         events: list[str],
         directory: Path,
-        stays_on: bool = True,
-        **config: Any,
+        **settings: Any,
     ) -> None:
-        self.session = CSession(SessionConfig(model, **config))
+        options = ort.SessionOptions()
+        for name, value in settings.pop("config_entries", {}).items():
+            options.add_session_config_entry(name, value)
+        for name, value in settings.items():
+            setattr(options, name, value)
+        before = live_thread_ids()
+        self.session = ort.InferenceSession(model, options, providers=CPU)
+        note_pool_threads(self.session, before)
+        threads = pool_threads(self.session)
+        assert threads is not None
+        self.sequential = options.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
+        switch = run_profiling_switch()
+        assert not isinstance(switch, Unrecognized), switch.reason
+        self.switch = switch
         self.shape = shape
         self.counters = PerfCounters(parse_events(events), 100_000, True)
         assert self.counters.prepare(), self.counters.unavailable
-        self.pool: Pool = self.counters.pool(self.session.thread_ids, stays_on=stays_on)
+        self.pool: Pool = self.counters.pool(threads, stays_on=False)
         self.directory = directory
         self.runs = 0
         # priming: the first profiled run of a session runs alone
@@ -77,19 +92,28 @@ class Counter:
     def feed(self) -> np.ndarray:
         return np.random.default_rng(1).random(self.shape, dtype=np.float32)
 
-    def run(self, feeds: dict[str, np.ndarray]) -> tuple[Any, list[tuple[int, int]], RawRun]:
+    def plain_run(self, feeds: dict[str, np.ndarray]) -> None:
+        """A run neither profiled nor counted."""
+        self.session.run(None, feeds)
+
+    def profiled_run(self, feeds: dict[str, np.ndarray]) -> tuple[int, Path]:
+        """A run profiled by ORT: when it started (ns), its profile."""
         self.runs += 1
-        prefix = str(self.directory / f"run{self.runs}")
+        options = ort.RunOptions()
+        self.switch.enable(options, str(self.directory / f"run{self.runs}"))
+        start = time.time_ns()  # as the profiler stamps it: ORT's profile starts at ts 0 then
+        self.session.run(None, feeds, options)
+        return start, next(self.directory.glob(f"run{self.runs}_*.json"))
+
+    def run(self, feeds: dict[str, np.ndarray]) -> tuple[Any, list[tuple[int, int]], RawRun]:
         counting = self.counters.begin(self.pool)
         assert not isinstance(counting, str), counting
         try:
-            self.session.run(feeds, profile_prefix=prefix)
+            start, path = self.profiled_run(feeds)
         finally:
-            raw = self.counters.end(counting, caller_runs_nodes=self.session.sequential)
+            raw = self.counters.end(counting, caller_runs_nodes=self.sequential)
         assert not isinstance(raw, str), raw
-        start = self.session.last_run_started_ns()
-        profile = read_profile(next(self.directory.glob(f"run{self.runs}_*.json")), start)
-        nodes = profile.runs[0].nodes
+        nodes = read_profile(path, start).runs[0].nodes
         windows = [(start + int(n.ts * 1000), start + int(n.end * 1000)) for n in nodes]
         return nodes, windows, raw
 
@@ -103,7 +127,6 @@ class Counter:
     def close(self) -> None:
         self.pool.close()
         self.counters.close()
-        self.session.close()
 
 
 @pytest.fixture
@@ -143,15 +166,11 @@ def cpu_ns_from_switches(raw: RawRun, window: tuple[int, int]) -> float:
     return total
 
 
-@pytest.mark.parametrize("stays_on", [True, False], ids=["pool-stays-on", "pool-switched"])
-def test_node_cpu_time_adds_up_and_matches_the_switch_records(
-    counter_factory: Any, stays_on: bool
-) -> None:
+def test_node_cpu_time_adds_up_and_matches_the_switch_records(counter_factory: Any) -> None:
     counter = counter_factory(
         matmul_chain(),
         (512, 512),
         ["task-clock", "context-switches", "cpu-clock"],
-        stays_on=stays_on,
         intra_op_num_threads=2,  # ORT's default spinning: the pool thread spins after the run
     )
     close = 0
@@ -176,54 +195,14 @@ def test_node_cpu_time_adds_up_and_matches_the_switch_records(
     assert close >= 3
 
 
-def test_runs_switch_only_the_calling_threads_events(
+def test_a_run_the_worker_has_not_settled_is_settled_by_the_next_one(
     counter_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Switching another thread's events on or off interrupts its CPU (tens of µs on a VM, per
-    thread): the pool's groups stay on. The request thread only switches its own group; the
-    reads and rings of every thread are taken afterwards (the worker's ``attribute``), and the
-    calling thread's values, read then, serve as its next run's start."""
-    counter = counter_factory(
-        matmul_chain(),
-        (512, 512),
-        ["task-clock", "page-faults"],
-        intra_op_num_threads=2,
-        config_entries={"session.intra_op.allow_spinning": "0"},
-    )
-    assert counter.pool.groups  # one pool thread
-    calling = threading.get_native_id()
-    switched = spy_on_groups(monkeypatch)
-    for _ in range(3):
-        switched.clear()
-        _, windows, raw = counter.run({"x": counter.feed()})
-        assert switched == [("enable", calling), ("disable", calling)]  # nothing per pool thread
-        switched.clear()
-        counts = counter.counters.attribute(raw, windows)
-        assert sorted(switched) == sorted(
-            [("read", calling), *(("read", group.tid) for group in counter.pool.groups)]
-        )
-        total = counts.attribution.totals["task-clock"]
-        per_node = sum(values["task-clock"] for values in counts.attribution.nodes)
-        assert abs(per_node + counts.attribution.between["task-clock"] - total) <= 0.02 * total
-        pool_cpu = [
-            t.after[0].values[t.ids["task-clock"]] - t.before[0].values[t.ids["task-clock"]]
-            for t in raw.settle()[0]
-            if t.tid != calling
-        ]
-        assert all(cpu > 0 for cpu in pool_cpu), pool_cpu  # the pool thread worked, counted
-
-
-@pytest.mark.parametrize("stays_on", [True, False], ids=["pool-stays-on", "pool-switched"])
-def test_a_run_the_worker_has_not_settled_is_settled_by_the_next_one(
-    counter_factory: Any, monkeypatch: pytest.MonkeyPatch, stays_on: bool
-) -> None:
-    """Each run's reads are taken once, by whoever needs them first; a pool that stays on is
-    read at each settle, so its threads' windows follow one another: nothing counted twice,
+    """Each run's reads are taken once, by whoever needs them first: nothing counted twice,
     nothing lost."""
     counter = counter_factory(
-        matmul_chain(), (512, 512), ["task-clock", "page-faults"], stays_on=stays_on,
-        intra_op_num_threads=2,
-    )  # fmt: skip
+        matmul_chain(), (512, 512), ["task-clock", "page-faults"], intra_op_num_threads=2
+    )
     calling = threading.get_native_id()
     _, first_windows, first = counter.run({"x": counter.feed()})
     switched = spy_on_groups(monkeypatch)
@@ -237,8 +216,7 @@ def test_a_run_the_worker_has_not_settled_is_settled_by_the_next_one(
     assert sorted(tid for name, tid in switched if name == "read") == reads
     for before, after in zip(first_threads, second_threads, strict=True):
         assert before.tid == after.tid
-        if before.tid != calling and stays_on:
-            assert after.window[0] == before.window[1] and after.before == before.after
+        assert after.window[0] >= before.window[1]  # switched off in between: not counted
     for raw, windows in ((first, first_windows), (second, second_windows)):
         counts = counter.counters.attribute(raw, windows)
         total = counts.attribution.totals["task-clock"]
@@ -270,9 +248,7 @@ def test_a_run_whose_groups_closed_before_it_was_settled_says_so(counter_factory
 def test_a_pool_that_cannot_start_says_why_and_stays_usable(counter_factory: Any) -> None:
     """perf never makes a run fail: a group that cannot be read at the start is a reason,
     and the pool's lock is free for the next run."""
-    counter = counter_factory(
-        matmul_chain(), (512, 512), ["task-clock"], intra_op_num_threads=2, stays_on=False
-    )
+    counter = counter_factory(matmul_chain(), (512, 512), ["task-clock"], intra_op_num_threads=2)
     counter.pool.groups[0].close()
     started = counter.counters.begin(counter.pool)
     assert isinstance(started, str) and started.startswith("perf counting could not start: ")
@@ -297,8 +273,8 @@ def short_lived_native_thread() -> int:
 
 
 def test_a_shortage_of_file_descriptors_does_not_turn_perf_off_for_good() -> None:
-    """EMFILE at the first probe says nothing of the machine: the next ``prepare`` (a twin
-    built later) tries again."""
+    """EMFILE at the first probe says nothing of the machine: the next ``prepare`` tries
+    again."""
     counters = PerfCounters(parse_events(["task-clock"]), 100_000, True)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     spare = os.open(os.devnull, os.O_RDONLY)
@@ -331,11 +307,10 @@ def test_a_thread_that_ended_is_left_out_of_a_pool_without_a_problem() -> None:
     alive = threading.Thread(target=waiting.wait)
     alive.start()
     try:
-        for stays_on in (True, False):
-            pool = counters.pool([ended, alive.native_id or 0], stays_on=stays_on)
-            assert [group.tid for group in pool.groups] == [alive.native_id]
-            assert pool.problems == []
-            pool.close()
+        pool = counters.pool([ended, alive.native_id or 0], stays_on=False)
+        assert [group.tid for group in pool.groups] == [alive.native_id]
+        assert pool.problems == []
+        pool.close()
     finally:
         waiting.set()
         alive.join()
@@ -382,15 +357,14 @@ def test_a_forked_child_closing_the_parents_groups_leaves_its_own_memory_alone()
             group.close()
 
 
-def test_a_pool_that_serves_unprofiled_runs_counts_only_profiled_ones(
+def test_the_sessions_pool_counts_its_profiled_runs_only(
     counter_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """In serve mode the twin's pool also runs unprofiled runs, which must not pay for perf:
-    its groups are switched on for each profiled run only."""
+    """The session's intra-op threads run its unprofiled runs too, which must not pay for
+    perf: their groups are switched on for each profiled run only."""
     counter = counter_factory(
-        matmul_chain(), (512, 512), ["task-clock", "context-switches"], stays_on=False,
-        intra_op_num_threads=2,
-    )  # fmt: skip
+        matmul_chain(), (512, 512), ["task-clock", "context-switches"], intra_op_num_threads=2
+    )
     assert counter.pool.groups  # one pool thread
 
     def pool_cpu() -> list[int]:
@@ -398,7 +372,7 @@ def test_a_pool_that_serves_unprofiled_runs_counts_only_profiled_ones(
 
     idle = pool_cpu()
     for _ in range(5):
-        counter.session.run({"x": counter.feed()})  # unprofiled: the pool works, uncounted
+        counter.plain_run({"x": counter.feed()})  # unprofiled: the pool works, uncounted
     assert pool_cpu() == idle
     switched = spy_on_groups(monkeypatch)
     _, _, _, counts = counter.counted()
@@ -531,8 +505,11 @@ def test_runs_of_the_parallel_executor_are_not_placed_by_the_calling_thread(
 ) -> None:
     """Its nodes may run on inter-op threads while the calling thread waits off a CPU: that
     thread's switch records then say nothing about when the nodes ran."""
-    counter = counter_factory(matmul_chain(nodes=4), (512, 512), ["task-clock"], execution_mode=1)
-    assert not counter.session.sequential
+    counter = counter_factory(
+        matmul_chain(nodes=4), (512, 512), ["task-clock"],
+        execution_mode=ort.ExecutionMode.ORT_PARALLEL,
+    )  # fmt: skip
+    assert not counter.sequential
     _, _, raw, counts = counter.counted()
     assert raw.calling_tid is None and counts.late_ns == 0
 
@@ -599,10 +576,9 @@ def test_instrumented_runs_carry_counts_and_missing_events_are_warned(
         session = ort.InferenceSession(matmul_chain(), providers=CPU)
         feeds = {"x": np.ones((512, 512), np.float32)}
         expected = session.run(None, feeds)
-        for _ in range(2):
-            with profile_next_run():
-                outputs = session.run(None, feeds)
-            assert flush_profiles(timeout=60)
+        with profile_next_run():  # the session's first selected run: profiled
+            outputs = session.run(None, feeds)
+        assert flush_profiles(timeout=60)
     assert np.array_equal(outputs[0], expected[0])
     run = next(s for s in telemetry.spans(semconv.SPAN_RUN) if attrs(s).get("perf.threads"))
     run_attributes = attrs(run)
@@ -647,7 +623,7 @@ def test_a_thread_preempted_before_ort_starts_its_profile_does_not_misplace_the_
         feeds = {"x": np.ones((64, 64), np.float32)}
         for preempted in (False, True):
             if preempted:
-                monkeypatch.setattr("otel_ort.capi.session.time", PreemptedAfterStamp)
+                monkeypatch.setattr("otel_ort.profiling.profiled_call.time", PreemptedAfterStamp)
             with profile_next_run():
                 session.run(None, feeds)
             assert flush_profiles(timeout=60)
@@ -668,11 +644,9 @@ def test_the_forks_perf_config_json_works_as_given(telemetry: Telemetry, tmp_pat
         **telemetry.providers, profile_dir=str(tmp_path), perf_events=str(FIXTURE_CONFIG)
     ):
         session = ort.InferenceSession(matmul_chain(nodes=2, size=64), providers=CPU)
-        feeds = {"x": np.ones((64, 64), np.float32)}
-        for _ in range(2):
-            with profile_next_run():
-                session.run(None, feeds)
-            assert flush_profiles(timeout=60)
+        with profile_next_run():
+            session.run(None, {"x": np.ones((64, 64), np.float32)})
+        assert flush_profiles(timeout=60)
     run = next(s for s in telemetry.spans(semconv.SPAN_RUN) if attrs(s).get("perf.threads"))
     run_attributes = attrs(run)
     assert run_attributes["perf.task-clock"] > 0  # the leader counts whatever was asked
@@ -683,13 +657,42 @@ def test_the_forks_perf_config_json_works_as_given(telemetry: Telemetry, tmp_pat
         assert counted or said, alias
 
 
+def test_a_sessions_pool_threads_are_counted_where_they_are_known(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """Its intra-op threads are found around its construction, while instrumented: a session
+    made before ``instrument()`` has none known, so only the calling thread is counted, and
+    its runs say so."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 3  # 2 pool threads, and the calling thread
+    model = matmul_chain(nodes=2, size=256)
+    earlier = ort.InferenceSession(model, options, providers=CPU)
+    with instrumentation(
+        **telemetry.providers, profile_dir=str(tmp_path), perf_events="task-clock"
+    ):
+        later = ort.InferenceSession(model, options, providers=CPU)
+        for session in (earlier, later):
+            with profile_next_run():
+                session.run(None, {"x": np.ones((256, 256), np.float32)})
+        assert flush_profiles(timeout=60)
+    before, after = [
+        attrs(run)
+        for run in sorted(telemetry.spans(semconv.SPAN_RUN), key=lambda run: run.start_time or 0)
+    ]
+    assert before[semconv.RUN_PROFILED] and after[semconv.RUN_PROFILED]
+    assert (before[semconv.PERF_THREADS], after[semconv.PERF_THREADS]) == (1, 3)
+    assert before["perf.task-clock"] > 0 and after["perf.task-clock"] > 0
+    not_known = "the session was created before instrument(): its intra-op threads are not known"
+    assert any(not_known in line for line in before[semconv.PERF_UNAVAILABLE])
+    assert not any(not_known in line for line in after.get(semconv.PERF_UNAVAILABLE, ()))
+
+
 def test_perf_can_be_switched_off(telemetry: Telemetry, tmp_path: Path) -> None:
     with instrumentation(**telemetry.providers, profile_dir=str(tmp_path), perf_events=False):
         session = ort.InferenceSession(matmul_chain(nodes=2, size=64), providers=CPU)
-        for _ in range(2):
-            with profile_next_run():
-                session.run(None, {"x": np.ones((64, 64), np.float32)})
-            assert flush_profiles(timeout=60)
+        with profile_next_run():
+            session.run(None, {"x": np.ones((64, 64), np.float32)})
+        assert flush_profiles(timeout=60)
     assert not [k for s in telemetry.spans() for k in attrs(s) if k.startswith("perf.")]
 
 
@@ -718,16 +721,15 @@ def test_control_flow_nodes_hold_their_subgraphs_nodes_and_all_get_counts(
     """A Loop's body nodes run inside the Loop node's window, on the same thread: nesting,
     not concurrency; each node counts its own window."""
     with instrumentation(**telemetry.providers, profile_dir=str(tmp_path)):
-        session = ort.InferenceSession(capi_models.loop(), providers=CPU)
+        session = ort.InferenceSession(loop_model(), providers=CPU)
         feeds = {
             "trips": np.array(40, np.int64),
             "start": np.zeros(3, np.float32),
             "x": np.ones(3, np.float32),
         }
-        for _ in range(2):  # the first builds the twin
-            with profile_next_run():
-                session.run(None, feeds)
-            assert flush_profiles(timeout=60)
+        with profile_next_run():
+            session.run(None, feeds)
+        assert flush_profiles(timeout=60)
     (run,) = [s for s in telemetry.spans(semconv.SPAN_RUN) if attrs(s).get("perf.threads")]
     assert not any("concurrently" in line for line in attrs(run).get("perf.unavailable", ()))
     nodes = [s for s in telemetry.spans() if semconv.NODE_OP_TYPE in attrs(s)]
@@ -831,15 +833,15 @@ def test_shutdown_leaves_the_group_of_a_run_in_flight_to_that_run(counter_factor
     """Shutdown closes the calling threads' groups; one whose thread is still in a counted
     run (shutdown gave up waiting for it) is left to that run: its fds are still switched by
     the run's end (closed, they could be another file's by then). They close once freed.
-    The twin's pool is left to the twin."""
+    The session's pool is left to the session (it closes with it)."""
     counter = counter_factory(matmul_chain(), (512, 512), ["task-clock"], intra_op_num_threads=2)
     counting = counter.counters.begin(counter.pool)
     assert not isinstance(counting, str), counting
     fds = list(counting.own.groups[0]._fds)
     [pool_group] = counter.pool.groups
     counter.counters.close()  # as at shutdown, the run in flight
-    counter.session.run({"x": counter.feed()})
-    raw = counter.counters.end(counting, caller_runs_nodes=counter.session.sequential)
+    counter.plain_run({"x": counter.feed()})
+    raw = counter.counters.end(counting, caller_runs_nodes=counter.sequential)
     assert not isinstance(raw, str), raw
     threads, problems = raw.settle()
     assert {thread.tid for thread in threads} == {threading.get_native_id(), pool_group.tid}
@@ -884,31 +886,3 @@ def test_a_group_closed_by_another_thread_fails_its_users_cleanly() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
     )
     assert (completed.returncode, completed.stdout, completed.stderr) == (0, "100\n", "")
-
-
-def test_unprofiled_runs_on_a_pool_that_stays_on_are_set_aside(counter_factory: Any) -> None:
-    """Twin mode's warm-up runs the twin unprofiled while its pool's groups stay on, holding
-    the pool, settled before and set aside after (as the profiler does): the profiled run
-    before it (not yet settled) and the one after each keep their own work only (else one
-    would hold five runs' more CPU, as between-nodes time)."""
-    counter = counter_factory(
-        matmul_chain(), (512, 512), ["task-clock"], stays_on=True, intra_op_num_threads=2
-    )
-    calling = threading.get_native_id()
-
-    def pool_cpu(raw: RawRun) -> int:
-        threads = [t for t in raw.settle()[0] if t.tid != calling]
-        assert threads  # one pool thread
-        return sum(t.after[0].values[t.ids["task-clock"]] - t.before[0].values[t.ids["task-clock"]]
-                   for t in threads)  # fmt: skip
-
-    alone = pool_cpu(counter.counted()[2])
-    before = counter.counted()[2]  # not settled yet, as when the worker is busy
-    with counter.pool.lock:
-        counter.pool.settle()
-        for _ in range(5):
-            counter.session.run({"x": counter.feed()})
-        counter.pool.set_aside()
-    after = counter.counted()[2]
-    assert pool_cpu(before) < 2 * alone, (pool_cpu(before), alone)
-    assert pool_cpu(after) < 2 * alone, (pool_cpu(after), alone)

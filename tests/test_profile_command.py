@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -9,6 +10,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from otel_ort.cli import main
 from otel_ort.demo_model import mlp_model
 from otel_ort.perf.tracks import counters
 from otel_ort.profiling import read_profile
+from otel_ort.profiling.run_options import LayoutChanged, Unrecognized, run_profiling_switch
 from tests.otlp_receiver import OtlpReceiver
 from tests.profiles import model_run, node_event
 from tests.test_otlp_export import attributes_of
@@ -529,3 +532,126 @@ def test_a_bool_scalar_and_an_initializer_given_as_input(
         "--shape names 'w', an initializer: the model has its value; give another with "
         "--input w=FILE.npy" in capsys.readouterr().err
     )
+
+
+def test_a_run_that_fails_on_made_up_inputs_says_so_and_suggests_real_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ORT's exception from a run is one clear line; made-up inputs are named as a likely
+    cause, and --input's real ones then run."""
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")],
+        "reshaped",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = saved(graph, tmp_path / "reshape.onnx")
+    directory = tmp_path / "p"
+    assert main(["profile", str(model), "--profile-dir", str(directory)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "otel-ort profile: the model failed to run on these inputs: [ONNXRuntimeError]"
+    )
+    assert err.endswith("give real ones with --input NAME=FILE.npy\n") and err.count("\n") == 1
+    np.save(tmp_path / "shape.npy", np.array([2, 2], np.int64))
+    arguments = ["--input", f"shape={tmp_path / 'shape.npy'}", "--runs", "1"]
+    assert main(["profile", str(model), *arguments, "--profile-dir", str(directory)]) == 0
+    assert len(kept_files(directory)) == 1
+
+
+class _FailsLater:
+    """An ``InferenceSession`` whose runs fail with ORT's ``Fail`` after ``runs`` of them."""
+
+    def __init__(self, session: Any, runs: int) -> None:
+        self._session = session
+        self._runs = runs
+
+    def run(self, *args: Any) -> Any:
+        from onnxruntime.capi.onnxruntime_pybind11_state import Fail
+
+        self._runs -= 1
+        if self._runs < 0:
+            raise Fail("[ONNXRuntimeError] : 1 : FAIL : out of luck")
+        return self._session.run(*args)
+
+
+def test_a_profiled_run_that_fails_leaves_no_files(
+    mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runs done before are dropped with ORT's files; given inputs are not blamed."""
+    opened = profile_command._open_session
+
+    def failing(model: str, switch: Any) -> Any:
+        session = opened(model, switch)  # 1 warm-up, the profiler's start, 2 profiled runs
+        return dataclasses.replace(session, session=_FailsLater(session.session, 4))
+
+    monkeypatch.setattr(profile_command, "_open_session", failing)
+    np.save(tmp_path / "x.npy", np.ones((2, 8), np.float32))
+    directory = tmp_path / "p"
+    arguments = ["--input", f"x={tmp_path / 'x.npy'}", "--profile-dir", str(directory)]
+    assert main(["profile", str(mlp), *arguments]) == 1
+    err = capsys.readouterr().err
+    assert "profiled 2/10 runs" in err and err.endswith(
+        "\notel-ort profile: the model failed to run on these inputs: [ONNXRuntimeError] : 1 : "
+        "FAIL : out of luck\n"
+    )
+    assert not kept_files(directory) and not list((directory / ".pending").iterdir())
+
+
+def test_an_onnxruntime_whose_run_profiling_is_not_recognised_is_one_clear_line(
+    mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reason = "onnxruntime 1.24.0: no clear byte follows only_execute_path_to_fetches"
+    monkeypatch.setattr(profile_command, "run_profiling_switch", lambda: Unrecognized(reason))
+    directory = tmp_path / "p"
+    assert main(["profile", str(mlp), "--profile-dir", str(directory)]) == 1
+    assert capsys.readouterr().err == (
+        f"otel-ort profile: run-level profiling cannot be switched on in this ONNX Runtime "
+        f"({reason}); it needs 1.25 or newer on 64-bit Linux: pip install -U onnxruntime\n"
+    )
+    assert not directory.exists()
+
+
+def test_a_run_options_layout_that_changed_stops_the_runs_and_leaves_no_files(
+    mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each profiled run gets a fresh RunOptions to enable; one that does not read as the
+    recognised layout stops the command, the runs done dropped with their files."""
+    switch = run_profiling_switch()
+    assert not isinstance(switch, Unrecognized)
+    enable = switch.enable
+    enabled: list[Any] = []
+
+    class Changes:
+        def enable(self, options: Any, prefix: str) -> None:
+            if len(enabled) == 3:  # the profiler's start, 2 profiled runs
+                raise LayoutChanged("a RunOptions did not read as its recognised layout says")
+            assert all(options is not other for other in enabled)  # never reused
+            enabled.append(options)
+            enable(options, prefix)
+
+    monkeypatch.setattr(profile_command, "run_profiling_switch", Changes)
+    directory = tmp_path / "p"
+    assert main(["profile", str(mlp), "--profile-dir", str(directory)]) == 1
+    err = capsys.readouterr().err
+    assert "profiled 2/10 runs" in err and err.endswith(
+        "\notel-ort profile: run-level profiling could not be switched on: a RunOptions did not "
+        "read as its recognised layout says\n"
+    )
+    assert not kept_files(directory) and not list((directory / ".pending").iterdir())
+
+
+def test_perf_counts_the_threads_ort_started_for_the_session(mlp: Path) -> None:
+    """The profiled session's intra-op pool: threads that appeared while it was made, alive,
+    none of them Python's; nodes run on the calling thread (sequential, ORT's default)."""
+    switch = run_profiling_switch()
+    assert not isinstance(switch, Unrecognized)
+    session = profile_command._open_session(str(mlp), switch)
+    python_threads = {thread.native_id for thread in threading.enumerate()}
+    alive = {int(tid) for tid in os.listdir("/proc/self/task")}
+    assert set(session.pool_threads) <= alive - python_threads
+    assert session.sequential
+    del session

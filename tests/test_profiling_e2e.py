@@ -1,6 +1,6 @@
-"""Slow end-to-end profiling checks: a 30 s hammering of one session from 8 threads (in each
-profile mode), and the conversion of pending profiles at interpreter exit (a real
-subprocess)."""
+"""Slow end-to-end profiling checks: a 30 s hammering of one session from 8 threads, the
+conversion of pending profiles at interpreter exit (a real subprocess), and real models'
+outputs when profiled."""
 
 from __future__ import annotations
 
@@ -20,20 +20,25 @@ import pytest
 
 from otel_ort import flush_profiles, profile_next_run, semconv
 from otel_ort.demo_model import mlp_model
+from otel_ort.profiling.run_options import run_profiling_switch
 from otel_ort.sampling import Ratio
 from tests.conftest import Telemetry, attrs, file_spans, instrumentation, run_threads
-from tests.test_profiling import ready
 
 pytestmark = pytest.mark.e2e
 
 HAMMER_SECONDS = 30.0
 
 
-@pytest.mark.parametrize("mode", ["twin", "serve"])
-def test_eight_threads_ten_percent_for_thirty_seconds(
-    telemetry: Telemetry, tmp_path: Path, mode: str
-) -> None:
-    """In serve mode the twin also runs the unprofiled runs, concurrently with profiled ones."""
+@pytest.fixture(autouse=True, scope="module")
+def _switch_found() -> None:
+    """This process's run-profiling switch found before any test instruments ORT (its probe
+    runs once per process; ``test_profiling`` checks it where it runs instrumented)."""
+    run_profiling_switch()
+
+
+def test_eight_threads_ten_percent_for_thirty_seconds(telemetry: Telemetry, tmp_path: Path) -> None:
+    """Profiled and unprofiled runs of one session at once, on its own intra-op pool: every
+    output is ORT's, every profiled run has its own file and tree."""
     directory = tmp_path / "profiles"
     feeds = {"x": np.ones((8, 128), np.float32)}
     failures: list[BaseException] = []
@@ -44,7 +49,6 @@ def test_eight_threads_ten_percent_for_thirty_seconds(
         profile_dir=str(directory),
         profile_max_files=1_000_000,
         profile_max_bytes=2**40,
-        profile_mode=mode,
     ):
         session = ort.InferenceSession(
             mlp_model(width=128, depth=6), providers=["CPUExecutionProvider"]
@@ -74,8 +78,10 @@ def test_eight_threads_ten_percent_for_thirty_seconds(
     del skipped[None]
     # about 10% selected; selected runs the worker had no room for are skipped and say so
     assert 0.08 < (len(profiled) + skipped.total()) / len(spans) < 0.12
-    assert set(skipped) <= {semconv.SKIP_TWIN_NOT_READY, semconv.SKIP_BACKLOG}
+    assert set(skipped) <= {semconv.SKIP_BACKLOG}
     assert len(profiled) > 100
+    overlapping = [int(attrs(s)[semconv.PROFILE_OVERLAPPING_RUNS]) for s in profiled]
+    assert min(overlapping) >= 0 and max(overlapping) > 0  # 8 threads: they overlap
     children = Counter(
         s.parent.span_id
         for s in telemetry.spans()
@@ -102,7 +108,7 @@ import onnxruntime as ort
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from otel_ort import OrtInstrumentor, flush_profiles
+from otel_ort import OrtInstrumentor
 from otel_ort.export import OtlpJsonFileSpanExporter
 
 model, spans_file, directory, provider_made = sys.argv[1:]
@@ -117,9 +123,7 @@ if provider_made == "after":  # its exit handler is registered after otel-ort's
     make_provider()
 session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
 feeds = {"x": np.ones((2, 32), np.float32)}
-session.run(None, feeds)
-flush_profiles()  # the twin serves from here on
-for _ in range(5):
+for _ in range(6):
     session.run(None, feeds)
 # no flush: interpreter exit must convert the pending profiles and export their spans
 """
@@ -148,10 +152,10 @@ def test_pending_profiles_are_converted_at_exit(
         for s in runs
         if {"key": "onnxruntime.run.profiled", "value": {"boolValue": True}} in s["attributes"]
     ]
-    assert len(runs) == 6 and len(profiled) == 5
+    assert len(runs) == len(profiled) == 6  # the first selected run too
     parents = Counter(s.get("parentSpanId") for s in spans)
     assert all(parents[s["spanId"]] > 0 for s in profiled)
-    assert len(list(directory.glob("otel-ort_*.json"))) == 5
+    assert len(list(directory.glob("otel-ort_*.json"))) == 6
 
 
 SILERO = "silero-vad==6.2.3"
@@ -207,8 +211,6 @@ def test_silero_vad_outputs_are_bitwise_equal_when_profiled(
     with instrumentation(**telemetry.providers, profile_dir=str(tmp_path / "p")):
         session = ort.InferenceSession(silero_models / model, providers=["CPUExecutionProvider"])
         names = {i.name for i in session.get_inputs()}
-        feeds = {k: v for k, v in silero_feeds(rng, sample_rate).items() if k in names}
-        ready(session, feeds)
         for _ in range(3):
             feeds = {k: v for k, v in silero_feeds(rng, sample_rate).items() if k in names}
             plain = session.run(None, feeds)

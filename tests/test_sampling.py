@@ -57,7 +57,7 @@ def test_ratio_stays_inside_the_binomial_interval(monkeypatch: pytest.MonkeyPatc
     assert decisions(Ratio(1.0), 100) == 100
 
 
-def test_every_nth_is_exact_and_can_skip_warm_up_runs() -> None:
+def test_every_nth_is_exact_and_can_skip_the_first_runs() -> None:
     assert decisions(EveryNth(10), 400) == 40
     sampler = EveryNth(3, skip_first=2)
     assert [sampler.should_profile(SAMPLED) for _ in range(8)] == [
@@ -96,6 +96,10 @@ def test_parent_based_profiles_only_sampled_traces() -> None:
     assert sampler.should_profile(SAMPLED)
     assert not sampler.should_profile(NOT_SAMPLED)
     assert not sampler.should_profile(INVALID_SPAN_CONTEXT)
+    counting = ParentBased(EveryNth(2))
+    assert not counting.should_profile(SAMPLED)
+    assert not counting.should_profile(NOT_SAMPLED)  # not asked: the inner count waits
+    assert counting.should_profile(SAMPLED)
 
 
 @pytest.mark.parametrize(
@@ -181,14 +185,16 @@ def test_instrument_options_and_environment(
     monkeypatch.setenv("OTEL_ORT_PROFILE_SAMPLER", "every:5")
     monkeypatch.setenv("OTEL_ORT_PROFILE_DIR", str(tmp_path / "somewhere"))
     monkeypatch.setenv("OTEL_ORT_PROFILE_MAX_FILES", "7")
-    monkeypatch.setenv("OTEL_ORT_PROFILE_MODE", " Serve ")  # as the sampler's: case, spaces
+    monkeypatch.setenv("OTEL_ORT_PROFILE_MODE", " ON ")  # as the sampler's: case, spaces
     profiling = parse_options({}).profiling
     assert repr(profiling.sampler) == "EveryNth(5, skip_first=0)"
     assert (profiling.directory, profiling.max_files, profiling.mode) == (
         str(tmp_path / "somewhere"),
         7,
-        "serve",
+        "on",
     )
+    monkeypatch.setenv("OTEL_ORT_PROFILE_MODE", "Off")
+    assert parse_options({}).profiling.mode == "off"
     explicit = parse_options({"profile_sampler": Ratio(0.5), "profile_max_files": 3}).profiling
     assert (repr(explicit.sampler), explicit.max_files) == ("Ratio(0.5)", 3)
 
@@ -211,7 +217,9 @@ def test_default_is_no_profiling(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"profile_max_files": 0}, ValueError, "must be a whole number >= 1"),
         ({"profile_max_bytes": 1.5}, ValueError, "must be a whole number >= 1"),
         ({"profile_max_files": "3"}, TypeError, "profile_max_files=...\\) must be an int, got str"),
-        ({"profile_mode": "always"}, ValueError, "'always': use one of twin, serve, off"),
+        ({"profile_mode": "always"}, ValueError, "'always': use one of on, off"),
+        ({"profile_mode": "twin"}, ValueError, "'twin': profiling no longer uses a twin"),
+        ({"profile_mode": "serve"}, ValueError, "use 'on' \\(the default\\) or 'off'"),
     ],
 )
 def test_bad_profile_options(options: dict[str, object], error: type, message: str) -> None:
@@ -223,7 +231,8 @@ def test_bad_profile_options(options: dict[str, object], error: type, message: s
     ("variable", "value", "message"),
     [
         ("OTEL_ORT_PROFILE_SAMPLER", "bogus", "unknown profile sampler 'bogus'"),
-        ("OTEL_ORT_PROFILE_MODE", "serv", "is 'serv': use one of twin, serve, off"),
+        ("OTEL_ORT_PROFILE_MODE", "serv", "is 'serv': use one of on, off"),
+        ("OTEL_ORT_PROFILE_MODE", "Serve", "is 'Serve': profiling no longer uses a twin"),
         ("OTEL_ORT_PROFILE_MAX_BYTES", "lots", "must be a whole number >= 1"),
         ("OTEL_ORT_PROFILE_DIR", "OPEN", "is open to other users"),
         ("OTEL_ORT_PERF_EVENTS", "missing/perf_config.json", "perf_config.json"),
@@ -315,22 +324,6 @@ def test_rate_limited_works_in_a_forked_child() -> None:
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-@pytest.mark.parametrize("make", [lambda: Ratio(0.3), lambda: EveryNth(4, skip_first=3)])
-def test_the_hint_is_the_next_decision_and_the_decisions_are_unchanged(
-    make: Callable[[], ProfileSampler],
-) -> None:
-    """Ratio draws each decision one ask early, EveryNth counts: the hint after an ask is the
-    next ask's answer."""
-    sampler = make()
-    hints, answers = [], []
-    for _ in range(200):
-        answers.append(sampler.should_profile(SAMPLED))
-        hints.append(sampler.profiles_next(SAMPLED))
-    assert hints[:-1] == answers[1:]
-    if isinstance(sampler, EveryNth):
-        assert [i + 1 for i, yes in enumerate(answers) if yes] == list(range(7, 201, 4))
-
-
 def test_every_nth_stays_exact_with_threads_asking_at_once() -> None:
     sampler = EveryNth(7)
     answers: list[bool] = []
@@ -338,55 +331,6 @@ def test_every_nth_stays_exact_with_threads_asking_at_once() -> None:
     def ask() -> None:
         for _ in range(2000):
             answers.append(sampler.should_profile(SAMPLED))
-            sampler.profiles_next(SAMPLED)
 
     run_threads([threading.Thread(target=ask) for _ in range(8)])
     assert sum(answers) == 16_000 // 7
-
-
-def test_a_sampler_without_a_hint_says_nothing_ahead() -> None:
-    class Plain(ProfileSampler):
-        def should_profile(self, span_context: SpanContext) -> bool:
-            return True
-
-    assert not Plain().profiles_next(SAMPLED)
-
-
-def test_parent_based_hints_only_inside_a_sampled_trace() -> None:
-    sampler = ParentBased(EveryNth(2))
-    assert not sampler.should_profile(SAMPLED)
-    assert sampler.profiles_next(SAMPLED)
-    assert not sampler.profiles_next(NOT_SAMPLED)
-    assert not sampler.should_profile(NOT_SAMPLED)  # not asked: the inner answer waits
-    assert sampler.should_profile(SAMPLED)
-
-
-def test_rate_limited_hints_at_the_run_that_will_find_a_token(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Runs every 1/64 s at 16 per second: a token every 4 runs; the hint (the bucket's refill
-    over one more interval) comes one run before each profiled one."""
-    ticks = iter(range(10**6))
-    monkeypatch.setattr(time, "monotonic", lambda: next(ticks) / 64)
-    sampler = RateLimited(per_second=16.0, burst=1)
-    answers, hints = [], []
-    for _ in range(40):
-        answers.append(sampler.should_profile(SAMPLED))
-        hints.append(sampler.profiles_next(SAMPLED))
-    assert [i + 1 for i, yes in enumerate(answers) if yes] == list(range(1, 41, 4))
-    assert hints[:-1] == answers[1:]
-
-
-def test_a_ratio_made_before_a_fork_draws_the_childs_next_decision_anew() -> None:
-    """The decision drawn ahead in the parent is not every child's first one."""
-    sampler = Ratio(0.5)
-    parents = sampler.profiles_next(SAMPLED)
-    children = []
-    for _ in range(20):
-        pid = os.fork()
-        if pid == 0:
-            os._exit(int(sampler.should_profile(SAMPLED)))
-        _, status = os.waitpid(pid, 0)
-        children.append(bool(os.waitstatus_to_exitcode(status)))
-    assert children != [parents] * 20
-    assert set(children) == {False, True}  # reseeded before the redraw: each child its own

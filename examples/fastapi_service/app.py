@@ -77,23 +77,10 @@ model = Model()
 
 @asynccontextmanager
 async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-    with tracer.start_as_current_span("startup"):  # one trace: model load and warm-up run
+    with tracer.start_as_current_span("startup"):  # one trace: the model load
         model.session = ort.InferenceSession(model_path(), providers=["CPUExecutionProvider"])
         model.input_name = model.session.get_inputs()[0].name
-        warm_up(model.session, model.input_name)
     yield
-
-
-def warm_up(session: ort.InferenceSession, input_name: str) -> None:
-    """One run before serving. Asking for its profile makes otel-ort build the session's
-    profiling twin now: a session's first selected run only starts that build (its span says
-    ``onnxruntime.profile.skip_reason=twin_not_ready``), so without this the first ``X-Profile``
-    request would not be profiled. ``flush_profiles()`` waits until the twin is ready."""
-    width = session.get_inputs()[0].shape[1]
-    features = width if isinstance(width, int) else 1
-    with profile_next_run():
-        session.run(None, {input_name: np.zeros((1, features), np.float32)})
-    otel_ort.flush_profiles(timeout=60)
 
 
 app = FastAPI(title="ort-service", lifespan=lifespan)

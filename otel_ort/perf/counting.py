@@ -275,7 +275,7 @@ class PerfCounters:
         except (probe.PerfUnavailable, OSError) as exc:
             cause = exc.__cause__ if isinstance(exc, probe.PerfUnavailable) else exc
             self._may_pass = getattr(cause, "errno", None) in _SHORTAGES
-            later = " (a shortage that may pass: tried again for the next twin)"
+            later = " (a shortage that may pass: tried again on a later profiled run)"
             self.unavailable = f"{exc}{later if self._may_pass else ''}"
             log("otel-ort: perf counters are off: %s", self.unavailable)
             return False

@@ -21,8 +21,10 @@ import threading
 from typing import Any
 
 import numpy as np
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 from otel_ort.failures import report_failure
+from otel_ort.forking import renew_locks_in_child
 from otel_ort.profiling import probe_model
 from otel_ort.profiling.run_options import RunProfilingSwitch
 
@@ -43,6 +45,7 @@ class PoolLogs:
         self._local = threading.local()
         self._session: Any = None
         self._lock = threading.Lock()
+        renew_locks_in_child(self, "_lock")
         self.clearings = 0
 
     def ran(self, nodes: int) -> None:
@@ -66,10 +69,11 @@ class PoolLogs:
     def _clear(self) -> None:
         import onnxruntime
 
-        session, feeds = self._private_session(onnxruntime)
-        options = onnxruntime.RunOptions()
-        self._switch.enable(options, self._prefix)
-        session.run(None, feeds, options)
+        with suppress_instrumentation():  # otel-ort's own session: not traced, not profiled
+            session, feeds = self._private_session(onnxruntime)
+            options = onnxruntime.RunOptions()
+            self._switch.enable(options, self._prefix)
+            session.run(None, feeds, options)
         self.clearings += 1
 
     def _private_session(self, onnxruntime: Any) -> tuple[Any, dict[str, Any]]:

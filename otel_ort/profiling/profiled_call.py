@@ -146,7 +146,7 @@ class ProfiledCall:
             if isinstance(counting, Counting) and isinstance(self._perf, tuple):
                 counters, _, sequential = self._perf
                 return counters.end(counting, caller_runs_nodes=sequential)
-            return counting
+            return None if isinstance(counting, Counting) else counting
         finally:
             if self._following:
                 self._following = False

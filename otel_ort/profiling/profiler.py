@@ -27,6 +27,7 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -86,6 +87,20 @@ _ASYNC_NOT_COUNTED = "run_async runs on ORT's own thread: its run is not counted
 
 Skipped = tuple[str, str]
 """(reason, detail): why a selected run was not profiled."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """What a selected run needs before its files and gate."""
+
+    switch: RunProfilingSwitch
+    store: ProfileStore
+    live: Any
+    """The session's options, as ORT reports them."""
+    options: Any
+    """The ``RunOptions`` for the run: a copy of the caller's."""
+    caller: Any
+    """The caller's ``RunOptions`` (``None``: none)."""
 
 
 class Profiler:
@@ -149,38 +164,20 @@ class Profiler:
     ) -> ProfiledCall | Skipped:
         """The selected call made profiled, ready to run (the session's gate passed); or why
         not (the caller then runs ORT as usual)."""
-        unavailable = self._unavailable or (_SHUT_DOWN if self._shut_down else "")
-        if unavailable:
-            return semconv.SKIP_UNAVAILABLE, unavailable
-        switch = self._ready_switch()
-        if isinstance(switch, Unrecognized):
-            return semconv.SKIP_LAYOUT, switch.reason
-        caller = caller_run_options(method, args, kwargs)
-        if caller is not None and not isinstance(caller, RunOptions):
-            return semconv.SKIP_VALUE, f"run_options is a {type(caller).__name__}"
-        live = session.get_session_options()
-        if live.enable_profiling:
-            return semconv.SKIP_SESSION_PROFILING, (
-                "the session profiles itself (SessionOptions.enable_profiling): ORT ignores "
-                "run-level profiling then"
-            )
-        store = self._ready_store()
-        if isinstance(store, str):
-            return semconv.SKIP_UNAVAILABLE, store
-        try:
-            options = copy_run_options(RunOptions, caller)
-        except RunOptionsUnknown as exc:
-            return semconv.SKIP_RUN_OPTIONS, str(exc)
+        checked = self._check(session, method, args, kwargs)
+        if isinstance(checked, tuple):
+            return checked
+        switch, options = checked.switch, checked.options
         asynchronous = method == "run_async"
         if not asynchronous and not self.worker.reserve():  # so that no profile is lost
             return self._no_room(f"{self.worker.pending} profiles wait for conversion")
-        files = store.new_run()
+        files = checked.store.new_run()
         try:
             switch.enable(options, files.prefix)
         except LayoutChanged as exc:
             self._unprepare(files, asynchronous)
             return semconv.SKIP_LAYOUT, str(exc)
-        perf = self._perf_for(session, live, asynchronous)
+        perf = self._perf_for(session, checked.live, asynchronous)
         window = runs.begin_profiled()
         if window is None:
             self._unprepare(files, asynchronous)
@@ -192,9 +189,37 @@ class Profiler:
             window,
             files,
             with_run_options(method, args, kwargs, options),
-            following_terminate(caller, options),
+            following_terminate(checked.caller, options),
             perf,
         )
+
+    def _check(self, session: Any, method: str, args: Any, kwargs: Any) -> _Checked | Skipped:
+        """What a profiled run needs (the switch, the store, the session's options, a copy of
+        the caller's ``RunOptions`` and the caller's own), or why it cannot be had."""
+        unavailable = self._unavailable or (_SHUT_DOWN if self._shut_down else "")
+        switch = self._ready_switch() if not unavailable else None
+        if isinstance(switch, Unrecognized):
+            return semconv.SKIP_LAYOUT, switch.reason
+        store = self._ready_store() if switch is not None else unavailable
+        if isinstance(store, str) or switch is None:
+            return semconv.SKIP_UNAVAILABLE, str(store)
+        caller = caller_run_options(method, args, kwargs)
+        if not isinstance(caller, RunOptions) and (
+            caller is not None or method == "run_with_ortvaluevector"
+        ):  # ORT's own run refuses it
+            given = "None" if caller is None else f"a {type(caller).__name__}"
+            return semconv.SKIP_VALUE, f"run_options is {given}"
+        live = session.get_session_options()
+        if live.enable_profiling:
+            return semconv.SKIP_SESSION_PROFILING, (
+                "the session profiles itself (SessionOptions.enable_profiling): ORT ignores "
+                "run-level profiling then"
+            )
+        try:
+            options = copy_run_options(RunOptions, caller)
+        except RunOptionsUnknown as exc:
+            return semconv.SKIP_RUN_OPTIONS, str(exc)
+        return _Checked(switch, store, live, options, caller)
 
     def failed(self, call: ProfiledCall, asynchronous: bool = False) -> None:
         """ORT raised on a profiled run (as it would have anyway): drop what it left."""
@@ -227,11 +252,6 @@ class Profiler:
             )
             return switch
         self.pool_logs = PoolLogs(switch, tempfile.gettempdir())
-        if self.perf is not None:
-            try:
-                self.perf.prepare()
-            except Exception:
-                report_failure("could not prepare perf counters")
         return switch
 
     def _ready_store(self) -> ProfileStore | str:
@@ -261,8 +281,12 @@ class Profiler:
         perf = self.perf
         if perf is None:
             return None
-        if perf.unavailable or not perf.counted_aliases:
-            return perf.unavailable or "perf counters are not ready"
+        try:  # probes once (again after a shortage of file descriptors or memory)
+            if not perf.prepare():
+                return perf.unavailable or "perf counters are not ready"
+        except Exception as exc:
+            report_failure("could not prepare perf counters")
+            return f"perf counters could not be prepared: {exc!r}"
         if asynchronous:
             return _ASYNC_NOT_COUNTED
         entry = session.__dict__.get(_POOL_KEY)
@@ -282,7 +306,8 @@ class Profiler:
         with self._lock:
             entry = session.__dict__.get(_POOL_KEY)
             if entry is not None and entry[0] == os.getpid():
-                return entry[1]  # another thread's profiled run opened it meanwhile
+                opened: Pool = entry[1]  # by another thread's profiled run, meanwhile
+                return opened
             threads = pool_threads(session)
             pool = self.perf.pool(threads or (), stays_on=False)
             if threads is None:

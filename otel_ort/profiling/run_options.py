@@ -39,7 +39,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 
+from otel_ort.forking import renew_locks_in_child
 from otel_ort.profiling import probe_model
 
 DEFAULT_PREFIX = b"onnxruntime_run_profile"
@@ -112,19 +114,19 @@ class FieldSwitch:
         ctypes.memset(flag, 1, 1)
 
 
-_switch: RunProfilingSwitch | Unrecognized | None = None
-_switch_lock = threading.Lock()
+_found: list[RunProfilingSwitch | Unrecognized] = []
+_found_lock = threading.Lock()
+renew_locks_in_child(sys.modules[__name__], "_found_lock")
 
 
 def run_profiling_switch() -> RunProfilingSwitch | Unrecognized:
     """This process's switch, found on first use (a few milliseconds: the probe's session and
     its profiled run), or why there is none."""
-    global _switch
-    if _switch is None:
-        with _switch_lock:
-            if _switch is None:
-                _switch = _find_switch()
-    return _switch
+    if not _found:
+        with _found_lock:
+            if not _found:
+                _found.append(_find_switch())
+    return _found[0]
 
 
 def _find_switch() -> RunProfilingSwitch | Unrecognized:
@@ -185,13 +187,20 @@ def _cpp_object(options: Any, read: Any) -> int:
 
 
 def _read_string(address: int, read: Any) -> bytes | None:
-    """A libstdc++ (new ABI) ``std::string``'s bytes; ``None`` where it does not read as one."""
-    data, size = struct.unpack("<QQ", read(address, 16))
-    if not data or size > 4096 or (size <= 15) != (data == address + 16):
-        return None  # short strings live in the object's own buffer, long ones outside
-    if size > 15 and struct.unpack("<Q", read(address + 16, 8))[0] < size:
-        return None  # the capacity
-    return bytes(read(data, size))
+    """A libstdc++ (new ABI) ``std::string``'s bytes; ``None`` where it does not read as one
+    (or points where nothing can be read)."""
+    try:
+        data, size = struct.unpack("<QQ", read(address, 16))
+        if not data or size > 4096:
+            return None
+        if data == address + 16:  # in the object's own buffer: a short string
+            if size > 15:
+                return None
+        elif struct.unpack("<Q", read(address + 16, 8))[0] < max(size, 16):
+            return None  # outside, in a buffer of at least 16 bytes holding it all
+        return bytes(read(data, size))
+    except _Refused:
+        return None
 
 
 def _find_layout(run_options_class: Any) -> Layout:
@@ -281,8 +290,14 @@ def _libstdcxx_assign() -> Any:
 
 
 def _prove(onnxruntime: Any, switch: RunProfilingSwitch) -> str:
-    """Run the probe model once profiled and once not; what went wrong, or ``""``."""
+    """Run the probe model once profiled and once not (otel-ort's own: not traced, not
+    profiled); what went wrong, or ``""``."""
     directory = tempfile.mkdtemp(prefix="otel-ort-probe-")
+    with suppress_instrumentation():
+        return _probe(onnxruntime, switch, directory)
+
+
+def _probe(onnxruntime: Any, switch: RunProfilingSwitch, directory: str) -> str:
     try:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1

