@@ -36,7 +36,8 @@ def test_demo_prints_span_tree_and_writes_otlp_json(tmp_path: Path) -> None:
     if "perf counters: none" not in out:  # else perf_event_open is refused here, and it says why
         assert "op=FusedGemm task-clock=" in out
         assert "perf counters: context-switches, page-faults, task-clock" in out
-    assert "| profiled       |    3 |" in out
+    # the forced run and EveryNth(5)'s three of the good requests; its fourth is the bad one
+    assert "| profiled   |    4 |" in out and "| run_failed |    1 |" in out
     chrome = Path(out.split("  last:   ")[1].split()[0])
     assert chrome.parent == tmp_path / "profiles" and chrome.exists()
     report = tmp_path / "report.html"
@@ -51,7 +52,7 @@ def test_demo_prints_span_tree_and_writes_otlp_json(tmp_path: Path) -> None:
     assert len(ok_runs) == 20
     run_ids = {s["spanId"] for s in runs}
     nodes = [s for s in spans if s.get("parentSpanId") in run_ids]
-    assert len(nodes) == 3 * 6  # three profiled runs of six (fused) nodes
+    assert len(nodes) == 4 * 6  # four profiled runs of six (fused) nodes
     assert all(len(s["traceId"]) == 32 and len(s["spanId"]) == 16 for s in spans)
     assert {s["traceId"] for s in spans} == {runs[0]["traceId"]}
 
