@@ -129,7 +129,7 @@ def perf_config(label: str, events: list[str], period_ns: int | None, session: S
     if not counters.prepare() or counters._plan is None:
         print(f"perf counters are unusable here: {counters.unavailable}")
         sys.exit(0)
-    pool = counters.pool(session.thread_ids, stays_on=False)  # as the profiler opens it
+    pool = counters.pool(session.thread_ids)  # as the profiler opens it
     for problem in pool.problems:
         print(f"{label}: {problem}", file=sys.stderr)
     return Config(label, Perf(counters, counters._plan, pool))

@@ -80,13 +80,13 @@ class OrtInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._telemetry.inert = True  # for bound methods taken while instrumented
         self._telemetry = None
         if self._profiler is not None:
-            self._profiler.shutdown()  # first: twin runs in flight still follow terminate
+            self._profiler.shutdown()  # first: profiled runs in flight still follow terminate
             uninstall_recorders()
             self._profiler = None
 
 
 def flush_profiles(timeout: float | None = None) -> bool:
-    """Wait until profiled runs so far are converted (and twins being built are ready), then
+    """Wait until profiled runs so far are converted, then
     flush the tracer provider; ``False`` if ``timeout`` seconds were not enough or the
     provider's flush failed (a span processor's ``force_flush`` said so). For batch
     jobs and tests; interpreter exit does the same by itself."""

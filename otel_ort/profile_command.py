@@ -309,7 +309,7 @@ class _ProfiledRun:
 
 class _Counting:
     """perf counting of the session's threads (the calling thread and ORT's intra-op pool)
-    during each profiled run, as the engine counts a serving twin's (switched on and off
+    during each profiled run, as the engine counts a session's (switched on and off
     around each run, so ORT's pool spinning between runs is not counted); off, or saying why
     not, where perf cannot count. Never raises: what goes wrong is said in ``describe``."""
 
@@ -326,7 +326,7 @@ class _Counting:
             self._perf = PerfCounters(options.events, options.period_ns, options.explicit)
             try:
                 if self._perf.prepare(quiet=True):  # switched per run: ORT's pool spinning
-                    self._pool = self._perf.pool(threads, stays_on=False)  # between
+                    self._pool = self._perf.pool(threads)  # between
                     # runs is no run's, and no request waits on the switching here
             except Exception as exc:
                 self._perf.unavailable = f"perf counters could not be set up: {exc!r}"

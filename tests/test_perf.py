@@ -83,7 +83,7 @@ class Counter:
         self.shape = shape
         self.counters = PerfCounters(parse_events(events), 100_000, True)
         assert self.counters.prepare(), self.counters.unavailable
-        self.pool: Pool = self.counters.pool(threads, stays_on=False)
+        self.pool: Pool = self.counters.pool(threads)
         self.directory = directory
         self.runs = 0
         # priming: the first profiled run of a session runs alone
@@ -307,7 +307,7 @@ def test_a_thread_that_ended_is_left_out_of_a_pool_without_a_problem() -> None:
     alive = threading.Thread(target=waiting.wait)
     alive.start()
     try:
-        pool = counters.pool([ended, alive.native_id or 0], stays_on=False)
+        pool = counters.pool([ended, alive.native_id or 0])
         assert [group.tid for group in pool.groups] == [alive.native_id]
         assert pool.problems == []
         pool.close()
@@ -802,7 +802,7 @@ def test_a_thread_out_of_file_descriptors_is_not_counted_saying_how_to_fix_it() 
         from otel_ort.perf.events import parse_events
         counters = PerfCounters(parse_events("task-clock,page-faults"), None, True)
         assert counters.prepare()
-        pool = counters.pool([], stays_on=False)
+        pool = counters.pool([])
         highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
         resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1, highest + 1))
         try:

@@ -1,30 +1,20 @@
 """Counting ORT's threads during profiled runs, for the profiling engine.
 
 ``PerfCounters`` is made at ``instrument()`` from the user's selection; ``prepare`` probes the
-machine once (off the request path). Each twin gets a ``Pool`` of groups on its intra-op
-threads; each thread that runs profiled runs gets a one-group pool of its own on first use,
-kept in a thread-local (closed when the thread ends). Groups are opened once and reused. A
-profiled run (``begin`` … ``end``, on the request thread) enables the calling thread's group;
-the worker then parses what the run's groups recorded and ``attribute``-s it to the run's
-nodes. A twin's pool is used by one profiled run at a time: concurrent profiled runs on one
-session take turns while perf counting is on.
+machine once (on the first selected run). Each profiled session gets a ``Pool`` of groups on
+its intra-op threads; each thread that runs profiled runs gets a one-group pool of its own on
+first use, kept in a thread-local (closed when the thread ends). Groups are opened once and
+reused. A profiled run (``begin`` … ``end``, on the request thread) switches the calling
+thread's group and the session pool's groups on just before ORT's run and off just after:
+the session's unprofiled runs pay nothing for switch records and samples. A session's pool
+is used by one profiled run at a time: concurrent profiled runs on one session take turns
+while perf counting is on. Switching another thread's events costs an interrupt to its CPU
+(``task_function_call``), tens of microseconds per thread on a VM, even while it sleeps.
 
 The request thread does no more than switch groups on and off: a run's reads and ring bytes
 are taken afterwards (``settle``), by the worker as it converts the run, or by the pool's
 next run if that starts first. A switched-off group holds its values and its rings stay as
 they are, so they can wait.
-
-A pool whose threads work for profiled runs only (``stays_on``: the twin runs nothing else)
-has its groups enabled once the twin is primed, until it closes; the request thread does
-nothing per pool thread then, so its cost does not grow with the pool. Each such thread's
-window runs from one settle to the next: its time outside the run's nodes (ORT's pool
-spinning after the previous run and after this one) is the run's, between nodes. Switching
-another thread's events costs an interrupt to its CPU (``task_function_call``), tens of
-microseconds per thread on a VM, even while the thread sleeps. A pool that also runs
-unprofiled runs (serve mode) is switched on and off around each profiled run instead: those
-runs must not pay for switch records and samples. In twin mode the twin runs the occasional
-unprofiled run too (the one before a run the sampler expects to profile, to warm it): its
-pool stays on, and such a run's counts are read when it ends and dropped (``set_aside``).
 """
 
 from __future__ import annotations
@@ -33,7 +23,6 @@ import contextlib
 import errno
 import logging
 import threading
-import time
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -90,27 +79,21 @@ class Share:
 
 @dataclass(eq=False)
 class Pool:
-    """Groups counted together: a twin's intra-op threads, or one calling thread's group.
+    """Groups counted together: a session's intra-op threads, or one calling thread's group.
     ``problems`` name threads not counted."""
 
     groups: list[ThreadGroup]
     problems: list[str]
-    stays_on: bool
-    """The groups are enabled for the pool's life (else only during profiled runs)."""
-    last_settled: list[tuple[Reads, int]] = field(default_factory=list)
-    """(stays on) Each group's values at its last settle, and when: its next window's start."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     """Held by the run being counted."""
     _settling: threading.Lock = field(default_factory=threading.Lock)
     _unsettled: Share | None = None
 
     def start(self, skip: int | None = None) -> Share:
-        """Request thread (holding ``lock``, for a twin's pool): begin a run's counting;
+        """Request thread (holding ``lock``, for a session's pool): begin a run's counting;
         first settle the previous run's if the worker has not yet (back-to-back profiled runs
-        of one twin: then this run reads the pool, as the worker would)."""
+        of one session: then this run reads the pool, as the worker would)."""
         self.settle()
-        if self.stays_on:
-            return Share(self, self.groups, skip)
         share = Share(self, [group for group in self.groups if group.tid != skip], None)
         try:
             for group in share.groups:
@@ -125,21 +108,13 @@ class Pool:
 
     def stop(self, share: Share) -> None:
         """Request thread: end ``share``'s counting (what it counted is settled later)."""
-        if not self.stays_on:
-            try:
-                share.stops = [group.disable() for group in share.groups]
-            except BaseException:  # no group may be left counting
-                _disable(share.groups)
-                raise
+        try:
+            share.stops = [group.disable() for group in share.groups]
+        except BaseException:  # no group may be left counting
+            _disable(share.groups)
+            raise
         with self._settling:
             self._unsettled = share
-
-    def set_aside(self) -> None:
-        """(stays on; the caller holds ``lock``, having settled before) An unprofiled run on
-        the twin has ended (twin mode's warm-up): read the threads now and drop what they
-        counted since, which is no profiled run's."""
-        with self._settling:
-            self._take(Share(self, self.groups, None))
 
     def settle(self) -> None:
         """Take the last stopped run's reads and ring bytes, unless that was done already;
@@ -156,12 +131,8 @@ class Pool:
         threads, problems = [], []
         for index, group in enumerate(share.groups):
             try:
-                if self.stays_on:
-                    before, start = self.last_settled[index]
-                    after, stop = self.last_settled[index] = _read_counting(group)
-                else:
-                    (before, start), stop = share.started[index], share.stops[index]
-                    group.frozen = after = group.read()  # it holds until enabled again
+                (before, start), stop = share.started[index], share.stops[index]
+                group.frozen = after = group.read()  # it holds until enabled again
                 taken = group.take()
             except (OSError, ValueError) as exc:  # closed meanwhile (shutdown gave up waiting)
                 problems.append(f"thread {group.tid} not counted: {exc}")
@@ -188,7 +159,7 @@ class Pool:
 
 @dataclass(slots=True)
 class Counting:
-    """A run being counted: the calling thread's share, then the twin pool's."""
+    """A run being counted: the calling thread's share, then the session pool's."""
 
     own: Share
     pooled: Share
@@ -253,7 +224,7 @@ class PerfCounters:
         )
         self._calling = threading.local()
         self._groups: weakref.WeakSet[ThreadGroup] = weakref.WeakSet()
-        """The calling threads' groups (a twin's pool closes with the twin)."""
+        """The calling threads' groups (a session's pool closes with the session)."""
         self._groups_lock = threading.Lock()
         self._running: set[int] = set()
         """Threads in a counted run: ``close`` leaves their groups to it (closed once freed)."""
@@ -284,18 +255,14 @@ class PerfCounters:
             log("otel-ort: perf event not counted: %s", line)
         return True
 
-    def pool(self, tids: Iterable[int], *, stays_on: bool) -> Pool:
-        """Groups on a twin's threads, enabled if they are to stay on (``prepare`` must have
-        succeeded). A thread that has ended is left out: ORT's pool threads live as long as
-        their session, so it was another library's, started while the session was made."""
-        groups, problems, settled = [], [], []
+    def pool(self, tids: Iterable[int]) -> Pool:
+        """Groups on a session's threads, switched off (``prepare`` must have succeeded). A
+        thread that has ended is left out: ORT's pool threads live as long as their session,
+        so it was another library's, started while the session was made."""
+        groups, problems = [], []
         for tid in tids:
             try:
-                group = self._group(tid)
-                if stays_on:
-                    group.enable()
-                    settled.append(_read_counting(group))
-                groups.append(group)
+                groups.append(self._group(tid))
             except OSError as exc:
                 if exc.errno == errno.ESRCH:  # ended: not a live session's pool thread
                     _logger.debug("thread %d ended before its perf events were opened", tid)
@@ -303,7 +270,7 @@ class PerfCounters:
                 problems.append(
                     f"thread {tid} not counted: {probe.event_problem('perf events', exc)}"
                 )
-        return Pool(groups, problems, stays_on, settled)
+        return Pool(groups, problems)
 
     def attribute(self, raw: RawRun, windows: Sequence[tuple[int, int]]) -> RunCounts:
         """Per-node counts for ``windows`` (ns; the run's node windows, not overlapping),
@@ -428,7 +395,7 @@ class PerfCounters:
             group = self._group(threading.get_native_id())
             with self._groups_lock:
                 self._groups.add(group)
-            pool = self._calling.pool = Pool([group], [], stays_on=False)
+            pool = self._calling.pool = Pool([group], [])
         return pool
 
     def _group(self, tid: int) -> ThreadGroup:
@@ -461,14 +428,6 @@ class PerfCounters:
         self._running = set()
         self._groups_lock = threading.Lock()
         self.close(forked_child=True)
-
-
-def _read_counting(group: ThreadGroup) -> tuple[Reads, int]:
-    """An enabled group's values, and when they were read: stamped just before the read, as
-    the read's return may wait for the GIL (milliseconds, under load) while the group's
-    thread runs on."""
-    stamp = time.time_ns()
-    return group.read(), stamp
 
 
 def _disable(groups: Iterable[ThreadGroup]) -> None:

@@ -309,7 +309,7 @@ class Profiler:
                 opened: Pool = entry[1]  # by another thread's profiled run, meanwhile
                 return opened
             threads = pool_threads(session)
-            pool = self.perf.pool(threads or (), stays_on=False)
+            pool = self.perf.pool(threads or ())
             if threads is None:
                 pool.problems.append(_NOT_KNOWN_THREADS)
             session.__dict__[_POOL_KEY] = (os.getpid(), pool)

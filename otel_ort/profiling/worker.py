@@ -1,7 +1,7 @@
 """One background thread that does profiling's slow work off the request path.
 
-Jobs (building a twin, converting a profiled run) run in submission order. The queue is
-bounded: ``submit`` refuses a job when ``max_pending`` are waiting or promised, and the
+Jobs (converting a profiled run, deleting a dropped run's files) run in submission order.
+The queue is bounded: ``submit`` refuses a job when ``max_pending`` are waiting or promised, and the
 caller counts that. A caller that must not be refused later (a profiled run, whose profile
 is about to exist) ``reserve``s a place first and submits into it, from the same thread.
 ``drain`` waits until everything submitted so far has run, and every place reserved has
