@@ -45,6 +45,9 @@ SKIP_LAYOUT: Final = "layout_unrecognized"
 SKIP_SESSION_PROFILING: Final = "session_profiling"
 """The session profiles itself (``SessionOptions.enable_profiling``): ORT ignores run-level
 profiling then."""
+SKIP_CUDA_GRAPH: Final = "cuda_graph"
+"""The session replays CUDA graphs (``enable_cuda_graph``): a replayed run executes no node, so
+there is nothing to profile, and the run is left as it is."""
 SKIP_SESSION_BUSY: Final = "session_busy"
 """The session's first profiled run waited too long for the session's runs in flight."""
 SKIP_BACKLOG: Final = "backlog_full"

@@ -53,4 +53,19 @@ def check_case(telemetry: Telemetry, session: ort.InferenceSession, feeds: dict[
     if not run[semconv.RUN_PROFILED]:
         return f"not profiled: {run.get(semconv.PROFILE_SKIP_DETAIL)}"
     found = difference(want, got)
+    if found and difference(want, session.run(None, feeds)) is not None:
+        # ORT's own runs differ from one another (random operators on CUDA): compare the
+        # outputs' types, dtypes and shapes only
+        found = difference(_shapes(want), _shapes(got))
     return f"differs: {found}" if found else "profiled"
+
+
+def _shapes(value: Any) -> Any:
+    """``value`` with each array replaced by its dtype and shape."""
+    if isinstance(value, np.ndarray):
+        return (str(value.dtype), value.shape)
+    if isinstance(value, list):
+        return [_shapes(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _shapes(item) for key, item in value.items()}
+    return value

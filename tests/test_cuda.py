@@ -52,15 +52,13 @@ def cuda_stream() -> int:
     return int(stream.value or 0)
 
 
-@pytest.mark.parametrize("options", [{"user_compute_stream": "stream"}, {"enable_cuda_graph": "1"}])
-def test_sessions_with_their_own_stream_or_cuda_graphs_are_profiled(
-    telemetry: Telemetry, tmp_path: Path, options: dict[str, str]
+def test_a_session_on_a_stream_of_its_users_is_profiled(
+    telemetry: Telemetry, tmp_path: Path
 ) -> None:
     """No copy of the session: whatever the user configured is what runs, profiled."""
     model = matmul_chain(nodes=4, size=256)
     ort.InferenceSession(model, providers=CUDA)  # loads the CUDA runtime
-    if "user_compute_stream" in options:
-        options = {"user_compute_stream": str(cuda_stream())}
+    options = {"user_compute_stream": str(cuda_stream())}
     with instrumentation(**telemetry.providers, profile_dir=str(tmp_path)):
         session = ort.InferenceSession(
             model, providers=[("CUDAExecutionProvider", options), "CPUExecutionProvider"]
@@ -72,6 +70,26 @@ def test_sessions_with_their_own_stream_or_cuda_graphs_are_profiled(
         assert flush_profiles(timeout=60)
     assert attrs(telemetry.spans(semconv.SPAN_RUN)[-1])[semconv.RUN_PROFILED]
     assert difference(want, got) is None
+
+
+def test_a_session_replaying_cuda_graphs_is_left_alone(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """A replayed run executes no node: nothing to profile, and the run is not touched."""
+    model = matmul_chain(nodes=4, size=256)
+    graphs = [("CUDAExecutionProvider", {"enable_cuda_graph": "1"}), "CPUExecutionProvider"]
+    feeds = {"x": np.ones((256, 256), np.float32)}
+    plain = ort.InferenceSession(model, providers=graphs)
+    want = [plain.run(None, feeds) for _ in range(3)]
+    with instrumentation(**telemetry.providers, profile_dir=str(tmp_path)):
+        session = ort.InferenceSession(model, providers=graphs)
+        got = [session.run(None, feeds)]
+        for _ in range(2):
+            with profile_next_run():
+                got.append(session.run(None, feeds))
+    assert [difference(w, g) for w, g in zip(want, got, strict=True)] == [None] * 3
+    skipped = [attrs(s) for s in telemetry.spans(semconv.SPAN_RUN)][-2:]
+    assert [s[semconv.PROFILE_SKIP_REASON] for s in skipped] == [semconv.SKIP_CUDA_GRAPH] * 2
 
 
 def test_threads_on_one_cuda_session_each_profiled_run_has_its_file(

@@ -210,11 +210,9 @@ class Profiler:
             given = "None" if caller is None else f"a {type(caller).__name__}"
             return semconv.SKIP_VALUE, f"run_options is {given}"
         live = session.get_session_options()
-        if live.enable_profiling:
-            return semconv.SKIP_SESSION_PROFILING, (
-                "the session profiles itself (SessionOptions.enable_profiling): ORT ignores "
-                "run-level profiling then"
-            )
+        refused = _unprofilable(session, live)
+        if refused is not None:
+            return refused
         try:
             options = copy_run_options(RunOptions, caller)
         except RunOptionsUnknown as exc:
@@ -458,6 +456,21 @@ class Profiler:
         self._pools = []
         if self.perf is not None:
             self.perf.after_fork_in_child()
+
+
+def _unprofilable(session: Any, live: Any) -> Skipped | None:
+    """Why no run of ``session`` (``live``: its options) can be profiled, if none can."""
+    if live.enable_profiling:
+        return semconv.SKIP_SESSION_PROFILING, (
+            "the session profiles itself (SessionOptions.enable_profiling): ORT ignores "
+            "run-level profiling then"
+        )
+    cuda = session.get_provider_options().get("CUDAExecutionProvider", {})
+    if str(cuda.get("enable_cuda_graph", "0")).strip().lower() in ("1", "true"):
+        return semconv.SKIP_CUDA_GRAPH, (
+            "the session replays CUDA graphs (enable_cuda_graph): a replayed run executes no node"
+        )
+    return None
 
 
 def _takes(function: Callable[..., Any], parameter: str) -> bool:
