@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,6 +56,26 @@ def run_threads(threads: list[threading.Thread]) -> None:
         thread.start()
     for thread in threads:
         thread.join()
+
+
+def hammer(
+    session: Any, feeds: dict[str, Any], threads: int, seconds: float
+) -> list[BaseException]:
+    """Run ``session`` on ``threads`` threads for ``seconds``, each run checked against a run
+    made first; what the runs raised (an assertion: other outputs)."""
+    want = session.run(None, feeds)[0].tobytes()
+    deadline = time.monotonic() + seconds
+    failed: list[BaseException] = []
+
+    def runs() -> None:
+        try:
+            while time.monotonic() < deadline:
+                assert session.run(None, feeds)[0].tobytes() == want
+        except BaseException as exc:
+            failed.append(exc)
+
+    run_threads([threading.Thread(target=runs) for _ in range(threads)])
+    return failed
 
 
 def attrs(span: ReadableSpan) -> dict[str, Any]:

@@ -9,8 +9,6 @@ place of onnxruntime, then ``pytest tests/test_cuda.py``.
 from __future__ import annotations
 
 import ctypes
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +18,7 @@ import pytest
 from otel_ort import flush_profiles, profile_next_run, semconv
 from otel_ort.failures import failure_counts
 from otel_ort.sampling import Ratio
-from tests.conftest import CUDA, Telemetry, attrs, cuda_missing, instrumentation, run_threads
+from tests.conftest import CUDA, Telemetry, attrs, cuda_missing, hammer, instrumentation
 from tests.models import typed_cases
 from tests.perf_models import matmul_chain
 from tests.profiled_runs import check_case, difference
@@ -97,7 +95,6 @@ def test_threads_on_one_cuda_session_each_profiled_run_has_its_file(
 ) -> None:
     session_model = matmul_chain(nodes=8, size=256)
     feeds = {"x": np.ones((256, 256), np.float32)}
-    failed: list[BaseException] = []
     failures_before = failure_counts()
     with instrumentation(
         **telemetry.providers,
@@ -106,17 +103,7 @@ def test_threads_on_one_cuda_session_each_profiled_run_has_its_file(
         profile_max_files=10_000,
     ):
         session = ort.InferenceSession(session_model, providers=CUDA)
-        want = session.run(None, feeds)[0].tobytes()
-        deadline = time.monotonic() + 5
-
-        def hammer() -> None:
-            try:
-                while time.monotonic() < deadline:
-                    assert session.run(None, feeds)[0].tobytes() == want
-            except BaseException as exc:
-                failed.append(exc)
-
-        run_threads([threading.Thread(target=hammer) for _ in range(4)])
+        failed = hammer(session, feeds, threads=4, seconds=5)
         assert flush_profiles(timeout=60)
     assert not failed, failed[:3]
     assert failure_counts() == failures_before

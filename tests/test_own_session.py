@@ -17,6 +17,7 @@ import pytest
 from bench.profile_memory import rss_kb
 from bench.wheel_models import OCR_MODELS, fetch
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, semconv
+from otel_ort.demo_model import mlp_model
 from otel_ort.failures import failure_counts
 from otel_ort.profiling import run_options
 from otel_ort.profiling.run_options import (
@@ -28,7 +29,7 @@ from otel_ort.profiling.run_options import (
 )
 from otel_ort.profiling.session_runs import SessionRuns
 from otel_ort.sampling import Ratio
-from tests.conftest import Telemetry, attrs, instrumentation, run_threads
+from tests.conftest import Telemetry, attrs, hammer, instrumentation
 from tests.perf_models import matmul_chain
 
 
@@ -168,8 +169,7 @@ def test_eight_threads_with_ratio_sampling_never_fail_a_run(
 ) -> None:
     """ORT's first profiled run of a session, concurrent with runs that use the intra-op pool,
     fails those runs ("LogStart must pair with LogEnd"): the gate makes it run alone."""
-    feeds = {"x": np.random.default_rng(0).standard_normal((256, 256), dtype=np.float32)}
-    failed: list[BaseException] = []
+    feeds = {"x": np.random.default_rng(0).standard_normal((512, 64), dtype=np.float32)}
     failures_before = failure_counts()
     seconds = float(os.environ.get("OTEL_ORT_TEST_STRESS_S", "30"))
     with instrumentation(
@@ -179,18 +179,10 @@ def test_eight_threads_with_ratio_sampling_never_fail_a_run(
         profile_max_files=100_000,
         perf_events="off",
     ):
-        session = ort.InferenceSession(matmul_chain(nodes=8, size=256))  # uses the pool
-        want = session.run(None, feeds)[0].tobytes()  # unprofiled: the session is fresh
-        deadline = time.monotonic() + seconds
-
-        def hammer() -> None:
-            try:
-                while time.monotonic() < deadline:
-                    assert session.run(None, feeds)[0].tobytes() == want
-            except BaseException as exc:
-                failed.append(exc)
-
-        run_threads([threading.Thread(target=hammer) for _ in range(8)])
+        # 40 FusedGemm nodes, each of which uses the intra-op pool at this batch size: without
+        # the gate, the first profiled run fails concurrent runs (seen: 10 of 10 trials)
+        session = ort.InferenceSession(mlp_model(width=64, depth=40))
+        failed = hammer(session, feeds, threads=8, seconds=seconds)  # its first run: unprofiled
         assert flush_profiles(timeout=120)
     assert not failed, failed[:3]
     assert failure_counts() == failures_before
@@ -198,7 +190,8 @@ def test_eight_threads_with_ratio_sampling_never_fail_a_run(
     profiled = [run for run in runs if run.get(semconv.RUN_PROFILED)]
     assert len(profiled) > 20
     assert all(semconv.PROFILE_ERROR not in run for run in profiled)
-    assert all(run[semconv.RUN_NODE_COUNT] == 8 for run in profiled)
+    nodes = {run[semconv.RUN_NODE_COUNT] for run in profiled}
+    assert len(nodes) == 1 and nodes.pop() >= 40, nodes
     files = {run[semconv.PROFILE_FILE] for run in profiled}
     assert len(files) == len(profiled) and all(Path(f).exists() for f in files)
 
