@@ -18,6 +18,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from otel_ort.forking import after_fork_in_child
+
 _KEY = "_otel_ort_runs"
 _THREADS_KEY = "_otel_ort_pool_threads"
 DEFAULT_NODES = 64
@@ -37,25 +39,55 @@ class Window:
     first: bool
 
 
-class SessionRuns:
-    """One session's runs in flight (in ``session.__dict__``)."""
+class _Process:
+    """Which process the counts belong to: a forked child's runs start afresh (the parent's
+    in flight are not its own, and its threads are gone)."""
 
-    __slots__ = ("_changed", "_priming", "in_flight", "nodes", "pid", "primed", "started")
+    generation = 0
+
+    def forked(self) -> None:
+        self.generation += 1
+
+
+_PROCESS = _Process()
+after_fork_in_child(_PROCESS, _Process.forked)
+
+
+class SessionRuns:
+    """One session's runs in flight (in ``session.__dict__``). An unprofiled run costs two
+    acquisitions of an uncontended lock."""
+
+    __slots__ = (
+        "_changed",
+        "_lock",
+        "_priming",
+        "generation",
+        "in_flight",
+        "nodes",
+        "primed",
+        "started",
+    )
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
-        """A forked child's runs start afresh: the parent's in flight are not its own."""
-        self.nodes = DEFAULT_NODES
-        """Nodes per run, from the session's last profile (for ``pool_log``)."""
-        self._changed = threading.Condition(threading.Lock())
+        self.generation = _PROCESS.generation
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        """Notified when the runs in flight fall to none during priming, and when it ends."""
         self.in_flight = 0
         self.started = 0
+        self.nodes = DEFAULT_NODES
+        """Nodes per run, from the session's last profile (for ``pool_log``)."""
         self.primed = False
         """A profiled run of this session has completed alone."""
         self._priming = False
 
     def enter(self) -> None:
         """An unprofiled run begins (after the first profiled run, if one is under way)."""
+        with self._lock:
+            if not self._priming:
+                self.in_flight += 1
+                self.started += 1
+                return
         with self._changed:
             while self._priming:
                 self._changed.wait()
@@ -64,7 +96,7 @@ class SessionRuns:
 
     def leave(self) -> None:
         """A run has ended (returned, raised, or called back)."""
-        with self._changed:
+        with self._lock:
             self.in_flight -= 1
             if self._priming and self.in_flight == 0:
                 self._changed.notify_all()
@@ -98,8 +130,6 @@ class SessionRuns:
                 self.primed = True
                 self._priming = False
                 self._changed.notify_all()
-            elif self._priming and self.in_flight == 0:
-                self._changed.notify_all()
             return overlapping
 
 
@@ -107,10 +137,10 @@ def session_runs(session: Any) -> SessionRuns:
     """The session's ``SessionRuns``, made on its first run (sessions made before
     ``instrument()`` too), and again in a forked child."""
     runs: SessionRuns | None = session.__dict__.get(_KEY)
-    if runs is None or runs.pid != os.getpid():
+    if runs is None or runs.generation != _PROCESS.generation:
         fresh = SessionRuns()
         runs = session.__dict__.setdefault(_KEY, fresh)
-        if runs.pid != fresh.pid:  # the parent's, in a forked child
+        if runs.generation != fresh.generation:  # the parent's, in a forked child
             runs = session.__dict__[_KEY] = fresh
     return runs
 
