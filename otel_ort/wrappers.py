@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from time import perf_counter, time_ns
 from typing import TYPE_CHECKING, Any
 
@@ -405,8 +406,28 @@ class RunTelemetry:
         runs: SessionRuns,
         asynchronous: bool = False,
     ) -> None:
-        """A profiled run: the profiler's worker ends the span, with its tree."""
-        span = run.span
+        """A profiled run: ``response_hook`` here; the profiler's worker marks the span,
+        records the duration and ends the span, with its tree (off the caller's path)."""
+        span, facts = run.span, run.facts
+        try:  # response_hook may raise KeyboardInterrupt: the hand-off still uses its place
+            facts = _current_facts(span, facts, run.session)
+            if self._response_hook is not None and span.is_recording():
+                _call_hook("response_hook", self._response_hook, span, run.session, outputs)
+        except Exception:
+            report_failure("could not record a run's end")
+        finally:
+            measured = partial(self._measured, span, facts, duration, profiled)
+            try:
+                assert self._profiler is not None
+                self._profiler.finish(span, end_ns, profiled, facts, runs, measured, asynchronous)
+            except Exception:
+                report_failure("could not hand a profiled run over")
+                span.end(end_ns)
+
+    def _measured(
+        self, span: Span, facts: SessionFacts, duration: float, profiled: ProfiledRun
+    ) -> None:
+        """(worker) A profiled run's span marked, its duration recorded."""
         try:
             if span.is_recording():
                 span.set_attributes(
@@ -416,17 +437,9 @@ class RunTelemetry:
                         semconv.PROFILE_OVERLAPPING_RUNS: profiled.overlapping,
                     }
                 )
+            self._duration.record(duration, {**facts.metric_attributes, semconv.RUN_PROFILED: True})
         except Exception:
             report_failure("could not mark a profiled run span")
-        try:  # response_hook may raise KeyboardInterrupt: the hand-off still uses its place
-            self._finish(span, run.facts, run.session, duration, None, outputs, profiled=True)
-        finally:
-            try:
-                assert self._profiler is not None
-                self._profiler.finish(span, end_ns, profiled, run.facts, runs, asynchronous)
-            except Exception:
-                report_failure("could not hand a profiled run over")
-                span.end(end_ns)
 
     def _finish(
         self,
@@ -436,26 +449,19 @@ class RunTelemetry:
         duration: float,
         error: BaseException | str | None,
         outputs: Any = None,
-        profiled: bool = False,
     ) -> None:
-        """End the run span (calling ``response_hook`` after a success) and record its duration;
-        a ``profiled`` run's span is left for the profiler to end.
+        """End the run span (calling ``response_hook`` after a success) and record its duration.
 
         Never raises but what ``response_hook`` raises that is not an ``Exception``
         (KeyboardInterrupt): the caller is about to return ORT's result or re-raise ORT's
         exception.
         """
         try:
-            if facts is not UNKNOWN_SESSION and facts.providers_list is not getattr(
-                session, "_providers", facts.providers_list
-            ):
-                facts = _after_fallback(span, session)
+            facts = _current_facts(span, facts, session)
             if error is None:
                 if self._response_hook is not None and span.is_recording():
                     _call_hook("response_hook", self._response_hook, span, session, outputs)
                 metric_attributes = facts.metric_attributes
-                if profiled:
-                    metric_attributes = {**metric_attributes, semconv.RUN_PROFILED: True}
             else:
                 error_type = _set_error(span, error)
                 metric_attributes = {**facts.metric_attributes, semconv.ERROR_TYPE: error_type}
@@ -463,11 +469,10 @@ class RunTelemetry:
         except Exception:
             report_failure("could not record a run's end")
         finally:
-            if not profiled:
-                try:
-                    span.end()
-                except Exception:  # a span processor's on_end
-                    report_failure("could not end a run span")
+            try:
+                span.end()
+            except Exception:  # a span processor's on_end
+                report_failure("could not end a run span")
 
 
 def _profile(
@@ -500,6 +505,15 @@ def _profile(
         with contextlib.suppress(Exception):
             profiler.record_skip(span, (semconv.SKIP_INTERNAL, repr(exc)))
         return None
+
+
+def _current_facts(span: Span, facts: SessionFacts, session: Any) -> SessionFacts:
+    """``facts``, or new ones if ORT rebuilt the session during the run (its EP fallback)."""
+    if facts is not UNKNOWN_SESSION and facts.providers_list is not getattr(
+        session, "_providers", facts.providers_list
+    ):
+        return _after_fallback(span, session)
+    return facts
 
 
 def _after_fallback(span: Span, session: Any) -> SessionFacts:

@@ -147,6 +147,29 @@ def test_overlapping_runs_are_counted() -> None:
     assert runs.end_profiled(window) == 3
 
 
+def test_a_runs_options_are_switched_on_ahead_by_the_worker(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """After a conversion the worker makes the next RunOptions, switched to profile; the next
+    profiled run without RunOptions of its own takes it, and is profiled into its files."""
+    feeds = {"x": np.ones((8, 8), np.float32)}
+    with instrumentation(**telemetry.providers, profile_dir=str(tmp_path)):
+        session = ort.InferenceSession(matmul_chain(nodes=2, size=8))
+        with profile_next_run():
+            session.run(None, feeds)
+        assert flush_profiles(timeout=30)
+        ready = OrtInstrumentor()._profiler._ready._ready
+        assert len(ready) == 1
+        prefix = ready[0].files.prefix
+        with profile_next_run():
+            session.run(None, feeds)
+        assert flush_profiles(timeout=30)
+        assert len(ready) == 1 and ready[0].files.prefix != prefix  # taken, and made again
+    paths = [str(attrs(s)[semconv.PROFILE_FILE]) for s in telemetry.spans(semconv.SPAN_RUN)]
+    assert len(paths) == 2 and all(Path(p).exists() for p in paths)
+    assert not glob.glob(prefix + "*")  # ORT's raw file was read and removed
+
+
 def test_threads_clear_their_pool_log_when_due(telemetry: Telemetry, tmp_path: Path) -> None:
     """After a session's first profiled run, threads running it clear their thread-pool
     profiler log through a private profiled run, and that run writes no file."""

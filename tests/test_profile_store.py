@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from otel_ort.profiling import chrome
+from otel_ort.profiling import worker as worker_module
 from otel_ort.profiling.reader import read_profile
 from otel_ort.profiling.store import ProfileDirError, ProfileStore, prepare_dir
 from otel_ort.profiling.worker import Worker
@@ -326,6 +327,26 @@ def test_worker_runs_jobs_in_order_drains_and_stops() -> None:
     assert worker.stop(timeout=10)
     assert not worker.submit(lambda: None)
     assert "test-worker" not in {t.name for t in threading.enumerate()}
+
+
+def test_a_busy_worker_finds_jobs_by_itself_and_a_sleeping_one_is_woken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While jobs keep coming, ``submit`` does not wake the thread (its caller would pay a
+    context switch): the thread looks at the queue by itself. Once idle past ``ACTIVE_S`` it
+    sleeps, and ``submit`` wakes it."""
+    monkeypatch.setattr(worker_module, "ACTIVE_S", 0.3)
+    worker = Worker("test-worker", max_pending=10)
+    done = threading.Event()
+    assert worker.submit(lambda: None)  # starts the thread: it is active
+    assert worker.drain(timeout=10)
+    assert worker.submit(done.set) and done.wait(timeout=5)
+    assert not worker._asleep
+    time.sleep(0.6)  # idle past ACTIVE_S
+    assert worker._asleep
+    done.clear()
+    assert worker.submit(done.set) and done.wait(timeout=5)
+    assert worker.stop(timeout=10)
 
 
 def test_threads_draining_while_holding_places_do_not_wait_for_each_other() -> None:

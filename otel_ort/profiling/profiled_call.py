@@ -52,17 +52,15 @@ def with_run_options(
 
 
 def copy_run_options(run_options_class: type, caller: Any) -> Any:
-    """A new ``RunOptions`` like ``caller`` (``None``: ORT's defaults); ``RunOptionsUnknown``
-    if ``caller`` was made before ``instrument()`` (its config entries cannot be listed)."""
-    options = run_options_class()
-    if caller is None:
-        return options
+    """A new ``RunOptions`` like ``caller``; ``RunOptionsUnknown`` if ``caller`` was made
+    before ``instrument()`` (its config entries cannot be listed)."""
     calls = recorded_calls(caller)
     if not created_while_recording(calls):
         raise RunOptionsUnknown(
             "its RunOptions was created before instrument(), so its config entries and "
             "adapters cannot be known; create RunOptions after instrument() to profile it"
         )
+    options = run_options_class()
     for name, value in vars(run_options_class).items():
         if isinstance(value, property) and value.fset is not None:
             setattr(options, name, getattr(caller, name))

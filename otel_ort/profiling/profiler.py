@@ -55,6 +55,7 @@ from otel_ort.profiling.profiled_call import (
     copy_run_options,
     with_run_options,
 )
+from otel_ort.profiling.ready_options import Ready, ReadyOptions
 from otel_ort.profiling.recorded_options import following_terminate
 from otel_ort.profiling.run_options import (
     LayoutChanged,
@@ -95,12 +96,12 @@ class _Checked:
 
     switch: RunProfilingSwitch
     store: ProfileStore
-    live: Any
-    """The session's options, as ORT reports them."""
-    options: Any
-    """The ``RunOptions`` for the run: a copy of the caller's."""
+    sequential: bool
+    """The session executes its nodes one after the other, on the calling thread."""
     caller: Any
     """The caller's ``RunOptions`` (``None``: none)."""
+    options: Any
+    """A copy of the caller's, to switch to profile (``None``: the caller has none)."""
 
 
 class Profiler:
@@ -124,6 +125,7 @@ class Profiler:
         perf = options.perf
         self.perf = PerfCounters(perf.events, perf.period_ns, perf.explicit) if perf else None
         self._switch: RunProfilingSwitch | Unrecognized | None = None
+        self._ready = ReadyOptions()
         self.pool_logs: PoolLogs | None = None
         """Clears the thread-pool profiler log of threads running profiled sessions."""
         self._prepare_lock = threading.Lock()
@@ -164,20 +166,17 @@ class Profiler:
     ) -> ProfiledCall | Skipped:
         """The selected call made profiled, ready to run (the session's gate passed); or why
         not (the caller then runs ORT as usual)."""
-        checked = self._check(session, method, args, kwargs)
+        checked = self._check(session, runs, method, args, kwargs)
         if isinstance(checked, tuple):
             return checked
-        switch, options = checked.switch, checked.options
         asynchronous = method == "run_async"
         if not asynchronous and not self.worker.reserve():  # so that no profile is lost
             return self._no_room(f"{self.worker.pending} profiles wait for conversion")
-        files = checked.store.new_run()
-        try:
-            switch.enable(options, files.prefix)
-        except LayoutChanged as exc:
-            self._unprepare(files, asynchronous)
-            return semconv.SKIP_LAYOUT, str(exc)
-        perf = self._perf_for(session, checked.live, asynchronous)
+        ready = self._switched_on(checked, asynchronous)
+        if isinstance(ready, tuple):
+            return ready
+        options, files = ready.options, ready.files
+        perf = self._perf_for(session, checked.sequential, asynchronous)
         window = runs.begin_profiled()
         if window is None:
             self._unprepare(files, asynchronous)
@@ -193,9 +192,28 @@ class Profiler:
             perf,
         )
 
-    def _check(self, session: Any, method: str, args: Any, kwargs: Any) -> _Checked | Skipped:
-        """What a profiled run needs (the switch, the store, the session's options, a copy of
-        the caller's ``RunOptions`` and the caller's own), or why it cannot be had."""
+    def _switched_on(self, checked: _Checked, asynchronous: bool) -> Ready | Skipped:
+        """The run's ``RunOptions``, switched to profile into its files: the one made ahead
+        when the caller has none, else a copy of the caller's, switched now."""
+        options = checked.options
+        if options is None:
+            ready = self._ready.take()
+            if ready is not None:
+                return ready
+            options = RunOptions()
+        files = checked.store.new_run()
+        try:
+            checked.switch.enable(options, files.prefix)
+        except LayoutChanged as exc:
+            self._unprepare(files, asynchronous)
+            return semconv.SKIP_LAYOUT, str(exc)
+        return Ready(options, files)
+
+    def _check(
+        self, session: Any, runs: SessionRuns, method: str, args: Any, kwargs: Any
+    ) -> _Checked | Skipped:
+        """What a profiled run needs (the switch, the store, how the session runs, the
+        caller's ``RunOptions``), or why it cannot be had."""
         unavailable = self._unavailable or (_SHUT_DOWN if self._shut_down else "")
         switch = self._ready_switch() if not unavailable else None
         if isinstance(switch, Unrecognized):
@@ -209,15 +227,14 @@ class Profiler:
         ):  # ORT's own run refuses it
             given = "None" if caller is None else f"a {type(caller).__name__}"
             return semconv.SKIP_VALUE, f"run_options is {given}"
-        live = session.get_session_options()
-        refused = _unprofilable(session, live)
-        if refused is not None:
-            return refused
+        fixed = _fixed(session, runs)
+        if fixed.refusal is not None:
+            return fixed.refusal
         try:
-            options = copy_run_options(RunOptions, caller)
+            options = None if caller is None else copy_run_options(RunOptions, caller)
         except RunOptionsUnknown as exc:
             return semconv.SKIP_RUN_OPTIONS, str(exc)
-        return _Checked(switch, store, live, options, caller)
+        return _Checked(switch, store, fixed.sequential, caller, options)
 
     def failed(self, call: ProfiledCall, asynchronous: bool = False) -> None:
         """ORT raised on a profiled run (as it would have anyway): drop what it left."""
@@ -272,7 +289,7 @@ class Profiler:
         return self._store or self._unavailable
 
     def _perf_for(
-        self, session: Any, live: Any, asynchronous: bool
+        self, session: Any, sequential: bool, asynchronous: bool
     ) -> tuple[PerfCounters, Pool, bool] | str | None:
         """What counts this run: perf, the session's pool, whether the calling thread runs
         the nodes (sequential execution); or why nothing does (``None``: perf is off)."""
@@ -295,7 +312,7 @@ class Profiler:
             except Exception as exc:
                 report_failure("could not open perf counters on a session's threads")
                 return f"perf counters could not be opened: {exc!r}"
-        return perf, pool, live.execution_mode == ExecutionMode.ORT_SEQUENTIAL
+        return perf, pool, sequential
 
     def _open_pool(self, session: Any) -> Pool:
         """perf groups on the session's intra-op threads (switched on around its profiled
@@ -340,20 +357,41 @@ class Profiler:
         run: ProfiledRun,
         session_facts: Any,
         runs: SessionRuns,
+        measured: Callable[[], None],
         asynchronous: bool = False,
     ) -> None:
         """Hand a profiled run to the worker (into the place ``prepare`` reserved; a
-        ``run_async`` run asks for one now); the worker ends ``span`` at ``end_ns``."""
+        ``run_async`` run asks for one now): it calls ``measured`` (the caller's marks on the
+        span and its duration metric), converts the run and ends ``span`` at ``end_ns``."""
         store = self._store
         assert store is not None  # a profiled run had one
-        if not self.worker.submit(
-            lambda: self._converter.convert(store, span, end_ns, run, session_facts, runs),
-            reserved=not asynchronous,
-        ):  # its thread could not start (logged), or no room for a run_async's
+
+        def convert() -> None:
+            measured()
+            self._convert(store, span, end_ns, run, session_facts, runs)
+
+        if not self.worker.submit(convert, reserved=not asynchronous):
+            # its thread could not start (logged), or no room for a run_async's
+            measured()
             self._count_run("profiled")
             self._count_run(semconv.PROFILE_ERROR_OUTCOME)
             self._discard(run.files)
             end_span(span, end_ns, f"not converted: {self._no_room('the queue was full')[1]}")
+
+    def _convert(
+        self,
+        store: ProfileStore,
+        span: Span,
+        end_ns: int,
+        run: ProfiledRun,
+        session_facts: Any,
+        runs: SessionRuns,
+    ) -> None:
+        """Worker: the run's conversion, then the next run's ``RunOptions`` made ahead."""
+        self._converter.convert(store, span, end_ns, run, session_facts, runs)
+        switch = self._switch
+        if switch is not None and not isinstance(switch, Unrecognized):
+            self._ready.make(store, switch)
 
     # -- housekeeping -----------------------------------------------------------------------
 
@@ -454,8 +492,32 @@ class Profiler:
             if detached is not None:
                 detached[1](forked_child=True)
         self._pools = []
+        self._ready.clear()
         if self.perf is not None:
             self.perf.after_fork_in_child()
+
+
+@dataclass(frozen=True, slots=True)
+class _Fixed:
+    """What profiling needs to know of a session that its runs do not change."""
+
+    providers: object
+    """The session's providers list when this was read: ORT replaces it when it rebuilds
+    the session (its EP fallback)."""
+    refusal: Skipped | None
+    sequential: bool
+
+
+def _fixed(session: Any, runs: SessionRuns) -> _Fixed:
+    """The session's ``_Fixed``, read on its first selected run (and again once ORT has
+    rebuilt it)."""
+    providers = getattr(session, "_providers", None)
+    fixed = runs.fixed
+    if not isinstance(fixed, _Fixed) or fixed.providers is not providers:
+        live = session.get_session_options()
+        sequential = live.execution_mode == ExecutionMode.ORT_SEQUENTIAL
+        fixed = runs.fixed = _Fixed(providers, _unprofilable(session, live), sequential)
+    return fixed
 
 
 def _unprofilable(session: Any, live: Any) -> Skipped | None:

@@ -61,6 +61,7 @@ class SessionRuns:
         "_changed",
         "_lock",
         "_priming",
+        "fixed",
         "generation",
         "in_flight",
         "nodes",
@@ -79,6 +80,8 @@ class SessionRuns:
         """Nodes per run, from the session's last profile (for ``pool_log``)."""
         self.primed = False
         """A profiled run of this session has completed alone."""
+        self.fixed: object = None
+        """What the profiler read of the session on its first selected run."""
         self._priming = False
 
     def enter(self) -> None:
