@@ -3,8 +3,9 @@ against the same process with the same imports and providers that does not instr
 
 Each measurement is its own process (one model, one mode): it loads the model, runs it 80
 times (``Always()`` when instrumented), waits for the profiles' conversion, and prints its
-RSS. A second benchmark measures ORT's thread-pool profiler log: RSS growth over 100,000
-unprofiled runs on 8 threads after one forced profiled run, against the same without it.
+RSS. A second benchmark measures ORT's thread-pool profiler log: RSS growth over 100,000 and
+400,000 unprofiled runs on 8 threads after one forced profiled run, against the same without
+it, and against the same with otel-ort's clearing of the log switched off.
 
     python -m bench.profile_memory [--cache DIR]
 """
@@ -19,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from bench.wheel_models import OCR_MODELS, WheelModel, fetch
+from otel_ort.profiling import pool_log
 
 RUNS = 80
 POOL_RUNS = 100_000
@@ -58,6 +60,8 @@ from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run
 sys.path.insert(0, {root!r})
 from tests.perf_models import matmul_chain
 profiled, runs, threads = sys.argv[1] == "1", int(sys.argv[2]), int(sys.argv[3])
+import otel_ort.profiling.pool_log as pool_log
+pool_log.BUDGET = int(sys.argv[4])  # the nodes between two clearings of a thread's log
 OrtInstrumentor().instrument(tracer_provider=TracerProvider(), profile_dir=tempfile.mkdtemp())
 options = ort.SessionOptions()
 options.intra_op_num_threads = 2
@@ -104,10 +108,17 @@ def rss_kb(model: WheelModel, path: Path, instrumented: bool, runs: int = RUNS) 
     return _python(_ONE, spec, str(path), "1" if instrumented else "0", str(runs))["rss_kb"]
 
 
-def pool_log_growth_kb(profiled: bool, runs: int = POOL_RUNS, threads: int = POOL_THREADS) -> int:
+def pool_log_growth_kb(
+    profiled: bool,
+    runs: int = POOL_RUNS,
+    threads: int = POOL_THREADS,
+    budget: int = pool_log.BUDGET,
+) -> int:
     """RSS growth (KiB) over ``runs`` unprofiled runs on ``threads`` threads of a 40-MatMul
-    session, after one forced profiled run if ``profiled``."""
-    return _python(_POOL, "1" if profiled else "0", str(runs), str(threads))["growth_kb"]
+    session, after one forced profiled run if ``profiled``; ``budget``: nodes between two
+    clearings of a thread's thread-pool log (``10**12``: never cleared, as ORT alone)."""
+    arguments = ("1" if profiled else "0", str(runs), str(threads), str(budget))
+    return _python(_POOL, *arguments)["growth_kb"]
 
 
 def main() -> None:
@@ -121,12 +132,20 @@ def main() -> None:
         path = fetch(model, cache)
         plain, profiled = (rss_kb(model, path, on) / 1024 for on in (False, True))
         print(f"| {model.name} | {plain:.0f} | {profiled:.0f} | {profiled - plain:+.1f} |")
-    print(f"\nRSS growth over {POOL_RUNS:,} unprofiled runs on {POOL_THREADS} threads\n")
-    print("| before them | growth MB |")
-    print("|---|---|")
-    for profiled in (False, True):
-        label = "one forced profiled run" if profiled else "no profiled run"
-        print(f"| {label} | {pool_log_growth_kb(profiled) / 1024:+.1f} |")
+    print(f"\nRSS growth over unprofiled runs on {POOL_THREADS} threads (40 MatMuls a run)\n")
+    print(f"| before them | thread-pool log | {POOL_RUNS:,} runs MB | {4 * POOL_RUNS:,} runs MB |")
+    print("|---|---|---|---|")
+    cases = (
+        ("no profiled run", False, pool_log.BUDGET, "-"),
+        ("one forced profiled run", True, pool_log.BUDGET, "cleared (otel-ort)"),
+        ("one forced profiled run", True, 10**12, "never cleared (ORT alone)"),
+    )
+    for label, profiled, budget, log in cases:
+        growth = [
+            pool_log_growth_kb(profiled, runs, budget=budget) / 1024
+            for runs in (POOL_RUNS, 4 * POOL_RUNS)
+        ]
+        print(f"| {label} | {log} | {growth[0]:+.1f} | {growth[1]:+.1f} |")
 
 
 if __name__ == "__main__":
