@@ -180,7 +180,7 @@ def test_threads_clear_their_pool_log_when_due(telemetry: Telemetry, tmp_path: P
             session.run(None, feeds)
         assert flush_profiles(timeout=30)
         logs = OrtInstrumentor()._profiler.pool_logs
-        for _ in range(2_000):  # 40 nodes a run: a clearing every ~820 runs
+        for _ in range(2_000):  # 40 nodes a run: a clearing every ~205 runs
             session.run(None, feeds)
         assert logs.clearings >= 2
     assert len(glob.glob(str(tmp_path / "*.json"))) == 1
