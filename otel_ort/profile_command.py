@@ -391,17 +391,14 @@ class _Counting:
 def _warm_up(
     session: _Session, feeds: dict[str, Any], runs: int, store: ProfileStore, err: TextIO
 ) -> None:
-    """The unprofiled warm-up runs, then a profiled run that is not kept: ORT starts its
-    profiler on a session's first one (about a millisecond), which is no run's time."""
-    files = store.scratch_run()
+    """The unprofiled warm-up runs, then a profiled run whose profile ORT cannot write (its
+    prefix is in a directory that does not exist): ORT starts its profiler on a session's
+    first one (about a millisecond), which is no run's time."""
     progress = _Progress(runs, err, "warm-up")
-    try:
-        for done in range(1, runs + 1):
-            session.run(feeds)
-            progress.update(done)
-        session.run(feeds, session.options(files.prefix))
-    finally:
-        remove_files(store.written(files))
+    for done in range(1, runs + 1):
+        session.run(feeds)
+        progress.update(done)
+    session.run(feeds, session.options(store.void_prefix()))
 
 
 def _run(

@@ -144,12 +144,12 @@ class RunTelemetry:
                 return wrapped(*args, **kwargs)
             current = otel_context.get_current()
             if _suppressed(current):
-                return wrapped(*args, **kwargs)
+                return self._untraced(wrapped, session, args, kwargs)
             try:
                 span, facts = self._start(session, method, feeds_of, args, kwargs)
             except Exception:  # e.g. a span processor that raises: the run goes on untraced
                 report_failure("could not start a run span")
-                return wrapped(*args, **kwargs)
+                return self._untraced(wrapped, session, args, kwargs)
             run = _Run(span, facts, session, args, kwargs, outputs_of)
             profiler = self._profiler
             if profiler is None:
@@ -171,6 +171,20 @@ class RunTelemetry:
                     profiler.pool_logs.ran(runs.nodes)
 
         return run_wrapper
+
+    def _untraced(
+        self, wrapped: Callable[..., Any], session: Any, args: Args, kwargs: Kwargs
+    ) -> Any:
+        """ORT's run, untraced; with profiling on, still among its session's runs in flight:
+        a session's first profiled run must not overlap it."""
+        if self._profiler is None:
+            return wrapped(*args, **kwargs)
+        runs = session_runs(session)
+        runs.enter()
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            runs.leave()
 
     def _run(self, wrapped: Callable[..., Any], run: _Run) -> Any:
         """ORT's own run, timed; the span ends with its outcome."""
@@ -208,15 +222,21 @@ class RunTelemetry:
             start = perf_counter()
             result = wrapped(*call.args, **call.kwargs)
         except BaseException as exc:
-            profiler.failed(call)
+            _failed(profiler, call)
             self._finish(run.span, run.facts, run.session, perf_counter() - start, exc)
             raise
         duration = perf_counter() - start
         end_ns = time_ns()
-        profiled = call.end()
+        outputs = run.outputs_of(run.args, run.kwargs, result) if self._response_hook else None
         if profiler.pool_logs is not None:
             profiler.pool_logs.cleared()
-        outputs = run.outputs_of(run.args, run.kwargs, result) if self._response_hook else None
+        try:
+            profiled = call.end()
+        except Exception:  # otel-ort's: ORT's result is returned all the same
+            report_failure("could not end a profiled run")
+            _failed(profiler, call)
+            self._finish(run.span, run.facts, run.session, duration, None, outputs)
+            return result
         self._finish_profiled(run, duration, end_ns, profiled, outputs, call.runs)
         return result
 
@@ -231,12 +251,12 @@ class RunTelemetry:
             return wrapped(*args, **kwargs)
         caller_context = otel_context.get_current()
         if _suppressed(caller_context):
-            return wrapped(*args, **kwargs)
+            return self._untraced_async(wrapped, session, args, kwargs, callback)
         try:
             span, facts = self._start(session, "run_async", _INPUT_FEED, args, kwargs)
         except Exception:
             report_failure("could not start a run span")
-            return wrapped(*args, **kwargs)
+            return self._untraced_async(wrapped, session, args, kwargs, callback)
         run = _Run(span, facts, session, args, kwargs, _returned)
         profiler = self._profiler
         runs = session_runs(session) if profiler is not None else None
@@ -253,10 +273,7 @@ class RunTelemetry:
                     raise
         start = [perf_counter()]
         on_done = self._on_done(run, profiler, runs, call, callback, caller_context, start)
-        if len(args) > 2:
-            args = (*args[:2], on_done, *args[3:])
-        else:
-            kwargs = {**kwargs, "callback": on_done}
+        args, kwargs = _with_callback(args, kwargs, on_done)
         try:
             if call is not None:
                 call.begin()
@@ -302,13 +319,39 @@ class RunTelemetry:
 
         return on_done
 
+    def _untraced_async(
+        self,
+        wrapped: Callable[..., Any],
+        session: Any,
+        args: Args,
+        kwargs: Kwargs,
+        callback: Callable[[Any, Any, str], Any],
+    ) -> Any:
+        """``run_async``, untraced; with profiling on, still among its session's runs in
+        flight until ORT calls back."""
+        if self._profiler is None:
+            return wrapped(*args, **kwargs)
+        runs = session_runs(session)
+
+        def on_done(results: Any, user_data: Any, err: str) -> Any:
+            runs.leave()
+            return callback(results, user_data, err)
+
+        args, kwargs = _with_callback(args, kwargs, on_done)
+        runs.enter()
+        try:
+            return wrapped(*args, **kwargs)
+        except BaseException:
+            runs.leave()
+            raise
+
     @staticmethod
     def _ended(
         profiler: Profiler | None, runs: SessionRuns | None, call: ProfiledCall | None
     ) -> None:
         """A ``run_async`` run failed or ended unprofiled: its place in the session's runs."""
         if call is not None and profiler is not None:
-            profiler.failed(call, asynchronous=True)
+            _failed(profiler, call, asynchronous=True)
         elif runs is not None:
             runs.leave()
 
@@ -505,6 +548,23 @@ def _profile(
         with contextlib.suppress(Exception):
             profiler.record_skip(span, (semconv.SKIP_INTERNAL, repr(exc)))
         return None
+
+
+def _with_callback(
+    args: Args, kwargs: Kwargs, callback: Callable[[Any, Any, str], Any]
+) -> tuple[Args, Kwargs]:
+    """``run_async``'s arguments with ``callback`` in place of the caller's."""
+    if len(args) > 2:
+        return (*args[:2], callback, *args[3:]), kwargs
+    return args, {**kwargs, "callback": callback}
+
+
+def _failed(profiler: Profiler, call: ProfiledCall, asynchronous: bool = False) -> None:
+    """A profiled run that ORT failed (or otel-ort could not end): its place and gate back."""
+    try:
+        profiler.failed(call, asynchronous)
+    except Exception:
+        report_failure("could not drop a failed profiled run")
 
 
 def _current_facts(span: Span, facts: SessionFacts, session: Any) -> SessionFacts:

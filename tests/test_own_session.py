@@ -3,16 +3,22 @@ the first profiled run's gate, the thread-pool log, and what it costs in memory.
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import json
 import os
+import struct
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 import pytest
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 from bench.profile_memory import rss_kb
 from bench.wheel_models import OCR_MODELS, fetch
@@ -27,7 +33,7 @@ from otel_ort.profiling.run_options import (
     Unrecognized,
     run_profiling_switch,
 )
-from otel_ort.profiling.session_runs import SessionRuns
+from otel_ort.profiling.session_runs import SessionRuns, session_runs
 from otel_ort.sampling import Ratio
 from tests.conftest import Telemetry, attrs, hammer, instrumentation
 from tests.perf_models import matmul_chain
@@ -235,3 +241,218 @@ def test_profiling_every_run_of_real_models_costs_little_memory(
             pytest.skip(f"the model's wheel could not be downloaded: {exc}")
         plain, profiled = (rss_kb(model, path, on) for on in (False, True))
         assert profiled - plain <= 15 * 1024, (model.name, plain, profiled)
+
+
+class FakeOrtRunOptions:
+    """A C++ ``OrtRunOptions`` laid out in a buffer of ours, with the Python properties that
+    write it: ORT's layout since 1.25 (``terminate`` a bool before the flags), ORT main's
+    (``terminate`` in a termination state elsewhere), or one with the prefix moved first."""
+
+    layout = "1.25"
+
+    def __init__(self) -> None:
+        self.buffer = ctypes.create_string_buffer(256)
+        self.strings: list[ctypes.Array[ctypes.c_char]] = []  # the heap buffers, kept alive
+        flags = 40 if self.layout == "main" else 41
+        self.at = {
+            "severity": 0,
+            "verbosity": 4,
+            "run_tag": 8,
+            "terminate": 40 if self.layout == "1.25" else None,
+            "only": 41 if self.layout == "1.25" else flags,
+            "prefix": 8 if self.layout == "prefix first" else 48,
+        }
+        if self.layout == "prefix first":
+            self.at["run_tag"] = 48
+        struct.pack_into("<i", self.buffer, 0, -1)
+        self._string("run_tag", b"")
+        self._string("prefix", b"onnxruntime_run_profile")
+        self._terminate = False
+
+    def _string(self, field: str, value: bytes) -> None:
+        """A libstdc++ string: {data, size, capacity or the short string's own buffer}."""
+        offset = self.at[field]
+        assert offset is not None
+        base = ctypes.addressof(self.buffer) + offset
+        if len(value) <= 15:
+            ctypes.memmove(base + 16, value + b"\0", len(value) + 1)
+            struct.pack_into("<QQ", self.buffer, offset, base + 16, len(value))
+        else:
+            data = ctypes.create_string_buffer(value, len(value) + 1)
+            self.strings.append(data)
+            struct.pack_into(
+                "<QQQ", self.buffer, offset, ctypes.addressof(data), len(value), len(value)
+            )
+
+    def _byte(self, field: str, value: bool) -> None:
+        offset = self.at[field]
+        if offset is not None:
+            self.buffer[offset] = b"\x01" if value else b"\x00"
+
+    log_severity_level = property(
+        lambda self: struct.unpack_from("<i", self.buffer, 0)[0],
+        lambda self, v: struct.pack_into("<i", self.buffer, 0, v),
+    )
+    log_verbosity_level = property(
+        lambda self: struct.unpack_from("<i", self.buffer, 4)[0],
+        lambda self, v: struct.pack_into("<i", self.buffer, 4, v),
+    )
+
+    def _set_terminate(self, value: bool) -> None:
+        self._terminate = value
+        self._byte("terminate", value)
+
+    terminate = property(lambda self: self._terminate, _set_terminate)
+    only_execute_path_to_fetches = property(
+        lambda self: bool(self.buffer[self.at["only"]][0]),
+        lambda self, v: self._byte("only", v),
+    )
+    logid = property(lambda self: "", lambda self, v: self._string("run_tag", v.encode()))
+
+
+def layout_of(layout: str) -> run_options.Layout:
+    fake = type(f"Fake{layout}", (FakeOrtRunOptions,), {"layout": layout})
+    return run_options._find_layout(fake, lambda options, read: ctypes.addressof(options.buffer))
+
+
+def test_a_shifted_layout_is_found_and_a_reordered_one_refused() -> None:
+    """ORT's main branch has moved ``terminate`` out of the struct: the flags and the prefix
+    shift, and are still found by behaviour. A layout in another order is refused."""
+    assert layout_of("1.25") == run_options.Layout(enable_profiling=42, profile_file_prefix=48)
+    assert layout_of("main") == run_options.Layout(enable_profiling=41, profile_file_prefix=48)
+    with pytest.raises(run_options._Refused, match="profile_file_prefix"):
+        layout_of("prefix first")
+
+
+def test_an_onnxruntime_with_its_own_setters_is_used_through_them() -> None:
+    class Future:
+        enable_profiling = property(lambda self: False, lambda self, v: None)
+        profile_file_prefix = property(lambda self: "", lambda self, v: None)
+
+    assert run_options._has_native_setters(Future)
+    assert not run_options._has_native_setters(ort.RunOptions)
+
+
+def test_a_first_profiled_run_that_ort_fails_leaves_the_next_one_first(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """ORT may fail a run before its pool's profiler started: the session is not taken as
+    primed, so the next profiled run still runs alone."""
+    with instrumentation(**telemetry.providers, profile_dir=str(tmp_path)):
+        session = ort.InferenceSession(matmul_chain(nodes=2, size=8))
+        with profile_next_run(), pytest.raises(Exception, match="dimensions"):
+            session.run(None, {"x": np.ones((8, 7), np.float32)})
+        assert not session_runs(session).primed
+        with profile_next_run():
+            session.run(None, {"x": np.ones((8, 8), np.float32)})
+        assert session_runs(session).primed
+        assert flush_profiles(timeout=30)
+
+
+def test_an_interrupt_at_the_gate_holds_no_run_and_no_place(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """A KeyboardInterrupt (or a signal handler's exception) while the first profiled run
+    waits: the session's runs go on, and the worker's place is given back."""
+
+    class Interrupted(threading.Condition):
+        def wait_for(self, predicate: Any, timeout: float | None = None) -> Any:
+            raise KeyboardInterrupt
+
+    feeds = {"x": np.ones((8, 8), np.float32)}
+    with instrumentation(**telemetry.providers, profile_dir=str(tmp_path)):
+        session = ort.InferenceSession(matmul_chain(nodes=2, size=8))
+        runs = session_runs(session)
+        runs._changed = Interrupted(runs._lock)
+        with profile_next_run(), pytest.raises(KeyboardInterrupt):
+            session.run(None, feeds)
+        assert flush_profiles(timeout=10)  # no place is left reserved
+        done = threading.Thread(target=session.run, args=(None, feeds))
+        done.start()
+        done.join(timeout=10)
+        assert not done.is_alive()  # not held back by a first profiled run that never ran
+
+
+def test_after_waiting_in_vain_a_session_is_not_held_again_for_a_while() -> None:
+    runs = SessionRuns()
+    runs.enter()  # a run that outlasts the wait
+    assert runs.begin_profiled(timeout=0.05) is None
+    started = time.monotonic()
+    assert runs.begin_profiled(timeout=10) is None  # at once: backing off
+    assert time.monotonic() - started < 1
+
+
+def test_untraced_runs_count_among_the_sessions_runs(telemetry: Telemetry) -> None:
+    """Runs with instrumentation suppressed still run on the session's pool: a first
+    profiled run must wait for them too."""
+    with instrumentation(**telemetry.providers):
+        session = ort.InferenceSession(matmul_chain(nodes=2, size=8))
+        before = session_runs(session).started
+        with suppress_instrumentation():
+            session.run(None, {"x": np.ones((8, 8), np.float32)})
+        assert session_runs(session).started == before + 1
+
+
+def test_the_pool_log_clearing_writes_into_a_directory_that_is_never_made(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    with instrumentation(**telemetry.providers, profile_dir=str(tmp_path)):
+        session = ort.InferenceSession(matmul_chain(nodes=2, size=8))
+        with profile_next_run():
+            session.run(None, {"x": np.ones((8, 8), np.float32)})
+        logs = OrtInstrumentor()._profiler.pool_logs
+        logs._clear()
+        assert logs._prefix.startswith(str(tmp_path))
+        assert not os.path.exists(os.path.dirname(logs._prefix))
+        assert flush_profiles(timeout=30)
+
+
+@pytest.mark.e2e
+def test_sessions_on_the_global_thread_pool_share_one_gate(tmp_path: Path) -> None:
+    """Sessions on ORT's global pool share its profiler: a first profiled run of one, next
+    to runs of another, must run alone too (without: 'LogStart must pair with LogEnd')."""
+    script = """
+import sys, tempfile, threading, time
+import numpy as np, onnxruntime as ort
+from onnxruntime.capi import _pybind_state
+from opentelemetry.sdk.trace import TracerProvider
+from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run
+from otel_ort.demo_model import mlp_model
+from otel_ort.profiling.session_runs import session_runs
+_pybind_state.set_global_thread_pool_sizes(4, 1)
+OrtInstrumentor().instrument(tracer_provider=TracerProvider(), profile_dir=sys.argv[1],
+                             perf_events="off")
+def session():
+    options = ort.SessionOptions()
+    options.use_per_session_threads = False
+    return ort.InferenceSession(mlp_model(width=64, depth=40), options)
+a, b = session(), session()
+feeds = {"x": np.random.default_rng(0).standard_normal((512, 64), dtype=np.float32)}
+a.run(None, feeds); b.run(None, feeds)
+assert session_runs(a) is session_runs(b)
+failed, stop = [], time.monotonic() + 3
+def runs_of_b():
+    while time.monotonic() < stop:
+        try:
+            b.run(None, feeds)
+        except Exception as exc:
+            failed.append(exc)
+threads = [threading.Thread(target=runs_of_b) for _ in range(3)]
+for thread in threads: thread.start()
+time.sleep(0.3)
+for _ in range(3):
+    with profile_next_run():
+        a.run(None, feeds)
+for thread in threads: thread.join()
+assert flush_profiles(timeout=60)
+print("failed", len(failed))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["failed", "0"], done.stdout

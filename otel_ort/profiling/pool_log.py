@@ -16,12 +16,9 @@ profile of that run is aimed at a directory that does not exist, so ORT writes n
 from __future__ import annotations
 
 import logging
-import os
 import threading
-from typing import Any
 
 import numpy as np
-from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 from otel_ort.failures import report_failure
 from otel_ort.forking import renew_locks_in_child
@@ -40,11 +37,13 @@ _INPUT_LENGTH = 1 << 16
 class PoolLogs:
     """When each thread's thread-pool profiler log is cleared."""
 
-    def __init__(self, switch: RunProfilingSwitch, missing_dir: str) -> None:
+    def __init__(self, switch: RunProfilingSwitch, void_prefix: str) -> None:
         self._switch = switch
-        self._prefix = os.path.join(missing_dir, "no-such-directory", "cleared")
+        self._prefix = void_prefix
+        """In a directory that does not exist (``ProfileStore.void_prefix``)."""
         self._local = threading.local()
-        self._session: Any = None
+        self._session: probe_model.PrivateSession | None = None
+        self._feeds = {probe_model.INPUT: np.ones(_INPUT_LENGTH, np.float32)}
         self._lock = threading.Lock()
         renew_locks_in_child(self, "_lock")
         self.clearings = 0
@@ -70,25 +69,13 @@ class PoolLogs:
     def _clear(self) -> None:
         import onnxruntime
 
-        with suppress_instrumentation():  # otel-ort's own session: not traced, not profiled
-            session, feeds = self._private_session(onnxruntime)
-            options = onnxruntime.RunOptions()
-            self._switch.enable(options, self._prefix)
-            session.run(None, feeds, options)
-        self.clearings += 1
-
-    def _private_session(self, onnxruntime: Any) -> tuple[Any, dict[str, Any]]:
-        feeds = {probe_model.INPUT: np.ones(_INPUT_LENGTH, np.float32)}
         with self._lock:
             if self._session is None:
-                options = onnxruntime.SessionOptions()
-                options.intra_op_num_threads = 2
-                options.log_severity_level = 3
-                session = onnxruntime.InferenceSession(
-                    probe_model.relu_model(), options, providers=["CPUExecutionProvider"]
-                )
-                first = onnxruntime.RunOptions()  # its first profiled run, alone (the lock)
-                self._switch.enable(first, self._prefix)
-                session.run(None, feeds, first)
-                self._session = session
-        return self._session, feeds
+                self._session = probe_model.PrivateSession(onnxruntime, threads=2)
+        options = onnxruntime.RunOptions()
+        self._switch.enable(options, self._prefix)
+        try:
+            self._session.run(self._feeds, options)
+        except probe_model.PoolBusy:  # ORT's global pool: the next clearing tries again
+            return
+        self.clearings += 1

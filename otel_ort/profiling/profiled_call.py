@@ -108,6 +108,7 @@ class ProfiledCall:
         self._counting: Counting | str | None = None
         self._start_ns = 0
         self._following = False
+        self._ended = False
 
     def begin(self) -> None:
         """Just before ORT's run: follow the caller's ``terminate``, start perf, read the
@@ -125,18 +126,23 @@ class ProfiledCall:
     def end(self) -> ProfiledRun:
         """Just after ORT's run (on the thread that called it, or ORT's callback's)."""
         counters = self._stop()
+        overlapping = self.runs.end_profiled(self.window)
+        self._ended = True
         return ProfiledRun(
             self.files,
             self._start_ns,
             (threading.get_native_id(), threading.current_thread().name),
             counters,
-            self.runs.end_profiled(self.window),
+            overlapping,
         )
 
     def abandon(self) -> None:
-        """ORT's run raised, or never started: what it counted is dropped."""
-        self._stop()
-        self.runs.end_profiled(self.window)
+        """ORT's run raised, or never started: what it counted is dropped (nothing, if the
+        run has ended already)."""
+        if not self._ended:
+            self._ended = True
+            self._stop()
+            self.runs.end_profiled(self.window, completed=False)
 
     def _stop(self) -> RawRun | str | None:
         counting, self._counting = self._counting, None

@@ -21,7 +21,6 @@ import atexit
 import inspect
 import logging
 import os
-import tempfile
 import threading
 import time
 import weakref
@@ -63,7 +62,12 @@ from otel_ort.profiling.run_options import (
     Unrecognized,
     run_profiling_switch,
 )
-from otel_ort.profiling.session_runs import SessionRuns, pool_threads
+from otel_ort.profiling.session_runs import (
+    BUSY_BACKOFF_S,
+    GATE_TIMEOUT_S,
+    SessionRuns,
+    pool_threads,
+)
 from otel_ort.profiling.store import (
     ProfileDirError,
     ProfileStore,
@@ -78,6 +82,7 @@ from otel_ort.version import __version__
 _logger = logging.getLogger("otel_ort")
 
 _POOL_KEY = "_otel_ort_perf_pool"
+_FIXED_KEY = "_otel_ort_profiling_facts"
 _SHUT_DOWN = "otel-ort's profiling was shut down"
 _SHUTDOWN_TIMEOUT_S = 30.0
 _NOT_KNOWN_THREADS = (
@@ -166,22 +171,29 @@ class Profiler:
     ) -> ProfiledCall | Skipped:
         """The selected call made profiled, ready to run (the session's gate passed); or why
         not (the caller then runs ORT as usual)."""
-        checked = self._check(session, runs, method, args, kwargs)
+        checked = self._check(session, method, args, kwargs)
         if isinstance(checked, tuple):
             return checked
         asynchronous = method == "run_async"
         if not asynchronous and not self.worker.reserve():  # so that no profile is lost
             return self._no_room(f"{self.worker.pending} profiles wait for conversion")
-        ready = self._switched_on(checked, asynchronous)
-        if isinstance(ready, tuple):
-            return ready
-        options, files = ready.options, ready.files
-        perf = self._perf_for(session, checked.sequential, asynchronous)
-        window = runs.begin_profiled()
+        files: RunFiles | None = None
+        try:
+            ready = self._switched_on(checked, asynchronous)
+            if isinstance(ready, tuple):
+                return ready
+            options, files = ready.options, ready.files
+            perf = self._perf_for(session, checked.sequential, asynchronous)
+            window = runs.begin_profiled()
+        except BaseException:  # KeyboardInterrupt at the gate, say: the place goes back
+            self._unprepare(files, asynchronous)
+            raise
         if window is None:
             self._unprepare(files, asynchronous)
             return semconv.SKIP_SESSION_BUSY, (
-                "the session's first profiled run waited too long for its runs in flight"
+                "the session's first profiled run waited over "
+                f"{GATE_TIMEOUT_S:g} s for its runs in flight (now, or within the last "
+                f"{BUSY_BACKOFF_S:g} s)"
             )
         return ProfiledCall(
             runs,
@@ -209,9 +221,7 @@ class Profiler:
             return semconv.SKIP_LAYOUT, str(exc)
         return Ready(options, files)
 
-    def _check(
-        self, session: Any, runs: SessionRuns, method: str, args: Any, kwargs: Any
-    ) -> _Checked | Skipped:
+    def _check(self, session: Any, method: str, args: Any, kwargs: Any) -> _Checked | Skipped:
         """What a profiled run needs (the switch, the store, how the session runs, the
         caller's ``RunOptions``), or why it cannot be had."""
         unavailable = self._unavailable or (_SHUT_DOWN if self._shut_down else "")
@@ -227,7 +237,9 @@ class Profiler:
         ):  # ORT's own run refuses it
             given = "None" if caller is None else f"a {type(caller).__name__}"
             return semconv.SKIP_VALUE, f"run_options is {given}"
-        fixed = _fixed(session, runs)
+        if self.pool_logs is None:  # now that the store's directory is known
+            self.pool_logs = PoolLogs(switch, store.void_prefix())
+        fixed = _fixed(session)
         if fixed.refusal is not None:
             return fixed.refusal
         try:
@@ -242,31 +254,32 @@ class Profiler:
         self._unprepare(call.files, asynchronous)
         self._count_run(semconv.RUN_FAILED_OUTCOME)
 
-    def _unprepare(self, files: RunFiles, asynchronous: bool) -> None:
+    def _unprepare(self, files: RunFiles | None, asynchronous: bool) -> None:
+        """Give back a prepared run's place (and delete what ORT may have written)."""
         if not asynchronous:
             self.worker.release()
-        self._discard(files)
+        if files is not None:
+            self._discard(files)
 
     def _ready_switch(self) -> RunProfilingSwitch | Unrecognized:
-        """The run-profiling switch; found, with perf's probe, on the first selected run."""
+        """The run-profiling switch, found on the first selected run (again on a later one
+        while the probe could not run)."""
         switch = self._switch
         if switch is None:
             with self._prepare_lock:
                 switch = self._switch
                 if switch is None:
-                    switch = self._switch = self._find_switch()
-        return switch
-
-    def _find_switch(self) -> RunProfilingSwitch | Unrecognized:
-        switch = run_profiling_switch()
-        if isinstance(switch, Unrecognized):
-            _logger.warning(
-                "otel-ort: runs cannot be profiled: run-level profiling cannot be set on "
-                "this RunOptions (%s); please report it with your onnxruntime version",
-                switch.reason,
-            )
-            return switch
-        self.pool_logs = PoolLogs(switch, tempfile.gettempdir())
+                    switch = run_profiling_switch()
+                    if isinstance(switch, Unrecognized) and switch.transient:
+                        return switch
+                    self._switch = switch
+                    if isinstance(switch, Unrecognized):
+                        _logger.warning(
+                            "otel-ort: runs cannot be profiled: run-level profiling cannot be "
+                            "set on this RunOptions (%s); please report it with your "
+                            "onnxruntime version",
+                            switch.reason,
+                        )
         return switch
 
     def _ready_store(self) -> ProfileStore | str:
@@ -508,15 +521,16 @@ class _Fixed:
     sequential: bool
 
 
-def _fixed(session: Any, runs: SessionRuns) -> _Fixed:
+def _fixed(session: Any) -> _Fixed:
     """The session's ``_Fixed``, read on its first selected run (and again once ORT has
     rebuilt it)."""
     providers = getattr(session, "_providers", None)
-    fixed = runs.fixed
+    fixed = session.__dict__.get(_FIXED_KEY)
     if not isinstance(fixed, _Fixed) or fixed.providers is not providers:
         live = session.get_session_options()
         sequential = live.execution_mode == ExecutionMode.ORT_SEQUENTIAL
-        fixed = runs.fixed = _Fixed(providers, _unprofilable(session, live), sequential)
+        fixed = _Fixed(providers, _unprofilable(session, live), sequential)
+        session.__dict__[_FIXED_KEY] = fixed
     return fixed
 
 

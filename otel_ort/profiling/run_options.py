@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-from opentelemetry.instrumentation.utils import suppress_instrumentation
 
 from otel_ort.forking import renew_locks_in_child
 from otel_ort.profiling import probe_model
@@ -61,6 +60,8 @@ class Unrecognized:
     and on each selected run's span)."""
 
     reason: str
+    transient: bool = False
+    """Not known yet (the probe could not run now): asked again on a later run."""
 
 
 class LayoutChanged(Exception):
@@ -100,16 +101,27 @@ class FieldSwitch:
         self._assign = assign
 
     def enable(self, options: Any, prefix: str) -> None:
-        address = _cpp_object(options, ctypes.string_at)
+        """(Reads go through ``/proc/self/mem``, a few microseconds: a pointer that is not
+        what the layout says raises instead of crashing.)"""
+        try:
+            memory = _Memory()
+        except _Refused as exc:
+            raise LayoutChanged(str(exc)) from None
+        try:
+            self._write(options, os.fsencode(prefix), memory)
+        except _Refused as exc:
+            raise LayoutChanged(f"a RunOptions could not be read: {exc}") from None
+        finally:
+            memory.close()
+
+    def _write(self, options: Any, wanted: bytes, memory: _Memory) -> None:
+        address = _cpp_object(options, memory)
         flag = address + self.layout.enable_profiling
         string = address + self.layout.profile_file_prefix
-        if ctypes.string_at(flag, 1) != b"\0" or _read_string(string, ctypes.string_at) != (
-            DEFAULT_PREFIX
-        ):
+        if memory(flag, 1) != b"\0" or _read_string(string, memory) != DEFAULT_PREFIX:
             raise LayoutChanged("a RunOptions did not read as its recognised layout says")
-        wanted = os.fsencode(prefix)
         self._assign(ctypes.c_void_p(string), ctypes.c_char_p(wanted))
-        if _read_string(string, ctypes.string_at) != wanted:  # never seen; then not enabled
+        if _read_string(string, memory) != wanted:  # never seen; then not enabled
             raise LayoutChanged("the profile prefix did not read back after it was assigned")
         ctypes.memset(flag, 1, 1)
 
@@ -125,7 +137,10 @@ def run_profiling_switch() -> RunProfilingSwitch | Unrecognized:
     if not _found:
         with _found_lock:
             if not _found:
-                _found.append(_find_switch())
+                found = _find_switch()
+                if isinstance(found, Unrecognized) and found.transient:
+                    return found
+                _found.append(found)
     return _found[0]
 
 
@@ -140,7 +155,10 @@ def _find_switch() -> RunProfilingSwitch | Unrecognized:
             switch = FieldSwitch(_find_layout(onnxruntime.RunOptions), _libstdcxx_assign())
         except _Refused as exc:
             return Unrecognized(f"{version}: {exc}")
-    problem = _prove(onnxruntime, switch)
+    try:
+        problem = _prove(onnxruntime, switch)
+    except probe_model.PoolBusy as exc:
+        return Unrecognized(f"{version}: {exc}", transient=True)
     return Unrecognized(f"{version}: {problem}") if problem else switch
 
 
@@ -203,16 +221,17 @@ def _read_string(address: int, read: Any) -> bytes | None:
         return None
 
 
-def _find_layout(run_options_class: Any) -> Layout:
+def _find_layout(run_options_class: Any, address_of: Any = None) -> Layout:
     """Find the two fields by toggling what Python can set (``_Refused`` if anything is not
-    as expected)."""
+    as expected). ``address_of(options, read)``: where the object's C++ side is (pybind11's
+    pointer; tests give a buffer of their own)."""
     if sys.platform != "linux" or sys.byteorder != "little" or sys.maxsize != 2**63 - 1:
         raise _Refused(f"only 64-bit little-endian Linux is recognised, not {sys.platform}")
     memory = _Memory()
     try:
         options = run_options_class()
         try:
-            address = _cpp_object(options, memory)
+            address = (address_of or _cpp_object)(options, memory)
         except LayoutChanged as exc:
             raise _Refused(str(exc)) from None
         base = memory(address, _WINDOW)
@@ -290,28 +309,18 @@ def _libstdcxx_assign() -> Any:
 
 
 def _prove(onnxruntime: Any, switch: RunProfilingSwitch) -> str:
-    """Run the probe model once profiled and once not (otel-ort's own: not traced, not
-    profiled); what went wrong, or ``""``."""
+    """Run the probe model once profiled and once not, on otel-ort's own session; what went
+    wrong, or ``""`` (``PoolBusy``: try again later)."""
     directory = tempfile.mkdtemp(prefix="otel-ort-probe-")
-    with suppress_instrumentation():
-        return _probe(onnxruntime, switch, directory)
-
-
-def _probe(onnxruntime: Any, switch: RunProfilingSwitch, directory: str) -> str:
     try:
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.log_severity_level = 3
-        session = onnxruntime.InferenceSession(
-            probe_model.relu_model(), options, providers=["CPUExecutionProvider"]
-        )
+        session = probe_model.PrivateSession(onnxruntime, threads=1)
         feeds = {probe_model.INPUT: np.ones(4, np.float32)}
-        session.run(None, feeds, onnxruntime.RunOptions())
+        session.run(feeds)
         if os.listdir(directory):
             return "a run that was not profiled wrote a file"
         profiled = onnxruntime.RunOptions()
         switch.enable(profiled, os.path.join(directory, "probe"))
-        session.run(None, feeds, profiled)
+        session.run(feeds, profiled)
         files = glob.glob(os.path.join(glob.escape(directory), "probe_*.json"))
         if len(files) != 1:
             return f"the probe's profiled run wrote {len(files)} profile files, not one"
@@ -320,6 +329,8 @@ def _probe(onnxruntime: Any, switch: RunProfilingSwitch, directory: str) -> str:
         if not any(isinstance(event, dict) and event.get("cat") == "Node" for event in events):
             return "the probe's profile holds no node"
         return ""
+    except probe_model.PoolBusy:
+        raise
     except (LayoutChanged, OSError, ValueError, RuntimeError) as exc:
         return f"the probe's profiled run failed: {exc}"
     except Exception as exc:  # ORT's own exception types

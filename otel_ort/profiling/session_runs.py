@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,9 @@ DEFAULT_NODES = 64
 GATE_TIMEOUT_S = 5.0
 """How long a session's first profiled run waits for the session's runs in flight to end
 before it gives up (the run then goes ahead unprofiled)."""
+BUSY_BACKOFF_S = 60.0
+"""After a first profiled run gave up waiting, how long the session's selected runs go
+unprofiled without waiting (``session_busy``) before one tries again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +48,20 @@ class _Process:
     in flight are not its own, and its threads are gone)."""
 
     generation = 0
+    _global_pool: SessionRuns | None = None
+    _lock = threading.Lock()
 
     def forked(self) -> None:
         self.generation += 1
+        self._lock = threading.Lock()
+
+    def global_pool_runs(self) -> SessionRuns:
+        """The runs of every session on ORT's global thread pool (this process's)."""
+        with self._lock:
+            runs = self._global_pool
+            if runs is None or runs.generation != self.generation:
+                runs = self._global_pool = SessionRuns()
+            return runs
 
 
 _PROCESS = _Process()
@@ -58,10 +73,10 @@ class SessionRuns:
     acquisitions of an uncontended lock."""
 
     __slots__ = (
+        "_busy_until",
         "_changed",
         "_lock",
         "_priming",
-        "fixed",
         "generation",
         "in_flight",
         "nodes",
@@ -80,9 +95,10 @@ class SessionRuns:
         """Nodes per run, from the session's last profile (for ``pool_log``)."""
         self.primed = False
         """A profiled run of this session has completed alone."""
-        self.fixed: object = None
-        """What the profiler read of the session on its first selected run."""
         self._priming = False
+        self._busy_until = 0.0
+        """(``time.monotonic()``) Until when a first profiled run is not tried again, after
+        one waited in vain for the session's runs in flight."""
 
     def enter(self) -> None:
         """An unprofiled run begins (after the first profiled run, if one is under way)."""
@@ -113,39 +129,58 @@ class SessionRuns:
                 self._changed.wait()
             first = not self.primed
             if first:
+                if time.monotonic() < self._busy_until:
+                    return None  # its last try waited in vain: not again yet
                 self._priming = True
-                if not self._changed.wait_for(lambda: self.in_flight == 0, timeout):
-                    self._priming = False
-                    self._changed.notify_all()
+                try:
+                    alone = self._changed.wait_for(lambda: self.in_flight == 0, timeout)
+                except BaseException:  # KeyboardInterrupt: the session must not stay held
+                    self._unprime()
+                    raise
+                if not alone:
+                    self._busy_until = time.monotonic() + BUSY_BACKOFF_S
+                    self._unprime()
                     return None
             window = Window(self.in_flight, self.started, first)
             self.in_flight += 1
             self.started += 1
             return window
 
-    def end_profiled(self, window: Window) -> int:
-        """The profiled run begun as ``window`` has ended; how many other runs of the session
-        overlapped it."""
+    def end_profiled(self, window: Window, *, completed: bool = True) -> int:
+        """The profiled run begun as ``window`` has ended (``completed``: ORT returned; a run
+        that raised may not have started the pool's profiler, so a first one that raised
+        leaves the next one first); how many other runs of the session overlapped it."""
         with self._changed:
             self.in_flight -= 1
             overlapping = window.in_flight + self.started - window.started - 1
             if window.first:
-                self.primed = True
-                self._priming = False
-                self._changed.notify_all()
+                self.primed = completed
+                self._unprime()
             return overlapping
+
+    def _unprime(self) -> None:
+        """(holding the lock) The first profiled run is over: runs held back go."""
+        self._priming = False
+        self._changed.notify_all()
 
 
 def session_runs(session: Any) -> SessionRuns:
     """The session's ``SessionRuns``, made on its first run (sessions made before
-    ``instrument()`` too), and again in a forked child."""
+    ``instrument()`` too), and again in a forked child. Sessions on ORT's global thread pool
+    (``use_per_session_threads`` off) share one: they share the pool, whose profiler a
+    first profiled run of any of them switches on."""
     runs: SessionRuns | None = session.__dict__.get(_KEY)
     if runs is None or runs.generation != _PROCESS.generation:
-        fresh = SessionRuns()
+        fresh = _PROCESS.global_pool_runs() if _on_global_pool(session) else SessionRuns()
         runs = session.__dict__.setdefault(_KEY, fresh)
         if runs.generation != fresh.generation:  # the parent's, in a forked child
             runs = session.__dict__[_KEY] = fresh
     return runs
+
+
+def _on_global_pool(session: Any) -> bool:
+    options = getattr(session, "_sess_options", None)
+    return options is not None and not getattr(options, "use_per_session_threads", True)
 
 
 def live_thread_ids() -> set[int]:

@@ -243,9 +243,10 @@ class ProfileStore:
             f"{self._published}{stamp}_{self._tag}{number}.json",
         )
 
-    def scratch_run(self) -> RunFiles:
-        """Names for a profiled run that is never published (it uses up no run number)."""
-        return RunFiles(f"{self._pending}scratch", "")
+    def void_prefix(self) -> str:
+        """A profile prefix in a directory that is never created (in this user's 0700
+        directory, so no one else can create it either): ORT writes no file there."""
+        return os.path.join(f"{self._pending}void", "profile")
 
     def _owner_alive(self, path: str, known: dict[str, bool]) -> bool:
         """Whether the process that named ``path`` holds its tag's lock (``known``: the
