@@ -381,7 +381,8 @@ class Profiler:
 
         def convert() -> None:
             measured()
-            self._convert(store, span, end_ns, run, session_facts, runs)
+            self._converter.convert(store, span, end_ns, run, session_facts, runs)
+            self._make_ready(store)
 
         if not self.worker.submit(convert, reserved=not asynchronous):
             # its thread could not start (logged), or no room for a run_async's
@@ -391,17 +392,8 @@ class Profiler:
             self._discard(run.files)
             end_span(span, end_ns, f"not converted: {self._no_room('the queue was full')[1]}")
 
-    def _convert(
-        self,
-        store: ProfileStore,
-        span: Span,
-        end_ns: int,
-        run: ProfiledRun,
-        session_facts: Any,
-        runs: SessionRuns,
-    ) -> None:
-        """Worker: the run's conversion, then the next run's ``RunOptions`` made ahead."""
-        self._converter.convert(store, span, end_ns, run, session_facts, runs)
+    def _make_ready(self, store: ProfileStore) -> None:
+        """Worker: the next run's ``RunOptions``, switched on ahead."""
         switch = self._switch
         if switch is not None and not isinstance(switch, Unrecognized):
             self._ready.make(store, switch)
