@@ -3,9 +3,9 @@
 Each input is the user's ``.npy`` array (``--input``), checked against the input's type and
 dimensions, or seeded random data of the dimensions given (``--shape``). A symbolic dimension
 takes the size that ``--shape`` or ``--input`` gave it on any input (inputs sharing a name
-share a size, as ONNX means), else 1, with a note. An input the model gives no shape (unknown
-rank, which ORT's Python API reports like a scalar's) takes any dimensions; left alone it is
-a scalar, with a note.
+share a size, as ONNX means; placeholders such as ``?`` or ``-1`` name nothing shared), else 1,
+with a note. An input the model gives no shape (unknown rank, which ORT's Python API reports
+like a scalar's) takes any dimensions; left alone it is a scalar, with a note.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 import mmap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 import numpy as np
 
@@ -337,7 +337,7 @@ def _named_sizes(
         else:
             continue
         for dim, size in zip(spec.dims or (), given, strict=False):
-            if not isinstance(dim, str) or not dim:
+            if not _shared_name(dim):
                 continue
             first, first_source = sizes.setdefault(dim, (size, source))
             if size != first:
@@ -346,6 +346,16 @@ def _named_sizes(
                     f"{first}: inputs that share a dimension name share its size"
                 )
     return {dim: size for dim, (size, _) in sizes.items()}
+
+
+def _shared_name(dim: object) -> TypeGuard[str]:
+    """Whether ``dim`` is a symbolic name that dimensions bearing it share. Exporters name
+    every unknown dimension alike with a placeholder (``?``, empty, numeric-looking like
+    ``-1``): those are each their own unknown, not one shared size."""
+    if not isinstance(dim, str):
+        return False
+    text = dim.strip()
+    return text not in ("", "?") and not text.lstrip("+-").replace(".", "", 1).isdigit()
 
 
 def _resolved_dims(

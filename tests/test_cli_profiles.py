@@ -237,6 +237,20 @@ def test_summary_of_a_bad_file_is_one_clear_line(
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("command", ["summary", "report", "convert"])
+def test_a_truncated_string_is_told_once_where_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """json says "Unterminated string starting at"; the message adds no second "at"."""
+    path = tmp_path / "x.json"
+    path.write_text('{"cat": "Node", "name": "tru')
+    output = ["--output", str(tmp_path / "o.jsonl")] if command == "convert" else []
+    assert main([command, str(path), *output]) == 1
+    err = capsys.readouterr().err
+    assert "is not JSON (Unterminated string starting at line 1, column 25)" in err
+    assert "at at" not in err
+
+
 def test_summary_of_a_kept_file_has_its_perf_counts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

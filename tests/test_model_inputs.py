@@ -80,6 +80,45 @@ def test_inputs_that_disagree_on_a_dimension_name_are_refused() -> None:
     )
 
 
+def test_placeholder_dimension_names_are_not_shared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exporters name every unknown dimension ``?`` (or ``-1``, or nothing): each is its own."""
+    path = add_model(tmp_path / "m.onnx", ("x", [-1, 3, "?", "?"]))
+    specs = read_inputs(str(path))
+    assert specs[0].dims == (None, 3, "?", "?")
+    feeds, _ = build_feeds(specs, {"x": (1, 3, 48, 192)}, {})
+    assert feeds["x"].shape == (1, 3, 48, 192)
+    feeds, _ = build_feeds(specs, {}, {"x": np.zeros((1, 3, 48, 192), np.float32)})
+    assert feeds["x"].shape == (1, 3, 48, 192)
+    code = main([
+        "profile", str(path), "--shape", "x=1,3,48,192", "--runs", "1", "--warmup", "0",
+        "--profile-dir", str(tmp_path / "p"), "--perf-events", "off",
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "input x: float32[1,3,48,192] random (seed 0)" in out
+    # nor across inputs: one given "?" leaves another's "?" unknown; "-1", "" alike
+    specs = [
+        InputSpec("a", "tensor(float)", ("?", "-1", "", " ? ")),
+        InputSpec("b", "tensor(float)", ("?", "-1")),
+    ]
+    feeds, lines = build_feeds(specs, {"a": (2, 3, 4, 5)}, {})
+    assert feeds["a"].shape == (2, 3, 4, 5) and feeds["b"].shape == (1, 1)
+    assert "note: input b: unknown dimensions ?, -1 set to 1" in "\n".join(lines)
+
+
+def test_a_real_dimension_name_is_still_shared_within_an_input(tmp_path: Path) -> None:
+    path = add_model(tmp_path / "m.onnx", ("x", ["n", "n"]), ("z", ["n", "n"]))
+    specs = read_inputs(str(path))
+    with pytest.raises(InputError, match="makes dimension 'n' 3, but --shape x made it 2"):
+        build_feeds(specs, {"x": (2, 3)}, {})
+    with pytest.raises(InputError, match="--shape z makes dimension 'n' 4, but --input x made"):
+        build_feeds(specs, {"z": (4, 4)}, {"x": np.zeros((2, 2), np.float32)})
+    feeds, _ = build_feeds(specs, {"x": (2, 2)}, {})
+    assert feeds["z"].shape == (2, 2)
+
+
 def test_inputs_without_a_shape_are_found_in_the_model(tmp_path: Path) -> None:
     path = add_model(tmp_path / "m.onnx", ("x", None), ("s", []), ("v", ["n", 3]))
     assert unshaped_inputs(str(path)) == {"x"}

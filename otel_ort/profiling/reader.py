@@ -111,8 +111,10 @@ def _load_events(path: str) -> tuple[list[Any], bool, int | None]:
     except json.JSONDecodeError as exc:
         salvaged = _salvage(text)
         if not salvaged:
+            # json's "Unterminated string starting at" already ends in the "at" said here
+            problem = exc.msg.removesuffix(" at")
             raise ProfileError(
-                path, f"is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+                path, f"is not JSON ({problem} at line {exc.lineno}, column {exc.colno})"
             ) from None
         return _valid_unicode(salvaged, text), True, None
     except RecursionError:
