@@ -17,7 +17,6 @@ import mmap
 import multiprocessing
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -741,20 +740,30 @@ def test_control_flow_nodes_hold_their_subgraphs_nodes_and_all_get_counts(
     assert attrs(loop)["perf.task-clock"] >= max(attrs(n)["perf.task-clock"] for n in body)
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to drop to nobody"
-)
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to nobody")
 def test_an_unprivileged_process_gets_the_reason_and_the_fix() -> None:
     """As ``nobody``: counting its own threads works (kernel-mode counting excluded, as
     perf_event_paranoid=2 asks); another process's thread is refused, and the message names
-    the sysctl and the capability."""
+    the sysctl and the capability.
+
+    The process starts as root, imports what it needs, and only then drops to ``nobody``
+    (uid and gid 65534, no groups, so no capabilities left): ``nobody`` could not read a
+    checkout, a virtual environment or an interpreter under a private directory (a 0700
+    home, a ``mktemp -d`` folder), so it is never asked to."""
     script = """
+import os
 import threading
 import time
 from otel_ort.perf import kernel
 from otel_ort.perf.counting import PerfCounters
 from otel_ort.perf.events import parse_events
 from otel_ort.perf.probe import event_problem
+os.chdir("/")
+os.setgroups([])
+os.setresgid(65534, 65534, 65534)
+os.setresuid(65534, 65534, 65534)
+capabilities = open("/proc/self/status").read().split("CapEff:")[1].split()[0]
+print("uid", os.getuid(), os.geteuid(), "capabilities", int(capabilities, 16))
 counters = PerfCounters(parse_events(["task-clock", "cpu-migrations"]), None, True)
 print("prepared", counters.prepare(), counters._plan.exclude_kernel if counters._plan else None)
 print("missing", counters.unavailable_events)
@@ -764,24 +773,18 @@ except OSError as exc:
     print("refused", event_problem("task-clock", exc))
 """
     paranoid = int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
+    checkout = Path(__file__).parent.parent
     result = subprocess.run(
-        [
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            sys.executable,
-            "-c",
-            script,
-        ],
+        [sys.executable, "-c", script],
         check=False,
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=Path(__file__).parent.parent,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+        cwd=checkout,
+        env={**os.environ, "PYTHONPATH": str(checkout)},
     )
     assert result.returncode == 0, result.stderr
+    assert "uid 65534 65534 capabilities 0" in result.stdout, result.stdout
     assert "perf_event_paranoid" in result.stdout and "CAP_PERFMON" in result.stdout
     if paranoid >= 2:
         assert "prepared True True" in result.stdout
