@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     print("waiting for the profiles to be converted...", file=sys.stderr)
     otel_ort.flush_profiles(timeout=300)
 
-    # each profiled run keeps otel-ort_<time>_<pid>-<n>.json: this process's are its own
+    # each profiled run keeps otel-ort_<time>_<pid>-<random>-<n>.json: this process's are its own
     written = sorted(directory.glob(f"otel-ort_*_{os.getpid()}-*.json"), key=os.path.getmtime)
     print_summary(args, directory, written)
     if telemetry is not None:

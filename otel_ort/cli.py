@@ -84,8 +84,13 @@ def _main(argv: list[str] | None) -> int:
         "--otlp-endpoint",
         type=_endpoint,
         metavar="URL",
-        help="also send spans and metrics over OTLP, e.g. http://localhost:4317 (`make up`); "
-        "gRPC unless OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+        help="also send spans and metrics over OTLP, e.g. http://localhost:4317 (`make up`)",
+    )
+    demo.add_argument(
+        "--protocol",
+        choices=("grpc", "http/protobuf"),
+        help="OTLP protocol (default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc); a collector "
+        "takes grpc on port 4317, http/protobuf on 4318",
     )
 
     convert = commands.add_parser(
@@ -146,7 +151,9 @@ def _demo(args: argparse.Namespace) -> int:
         )
         return 1
     try:
-        lost = run_demo(args.output_dir, args.requests, otlp_endpoint=args.otlp_endpoint)
+        lost = run_demo(
+            args.output_dir, args.requests, otlp_endpoint=args.otlp_endpoint, protocol=args.protocol
+        )
     except OSError as exc:
         where = f"cannot write {exc.filename}: {exc.strerror}" if exc.filename else str(exc)
         print(f"otel-ort demo: {where}; choose another --output-dir", file=sys.stderr)
@@ -155,8 +162,9 @@ def _demo(args: argparse.Namespace) -> int:
         return _error("demo", exc)
     if lost:
         print(
-            f"otel-ort demo: {lost} spans did not reach {args.otlp_endpoint}: is a collector "
-            "listening there? (`make up` starts one)",
+            f"otel-ort demo: {lost} spans did not reach {args.otlp_endpoint}: check the "
+            "endpoint and --protocol (a collector takes grpc, the default, on port 4317 and "
+            "http/protobuf on 4318), and that one is listening there (`make up` starts one)",
             file=sys.stderr,
         )
         return 1

@@ -3,15 +3,18 @@
 ``otel-ort demo`` builds a small MLP and instruments ONNX Runtime with in-process SDK
 providers. It serves a few "requests" (one of them failing on purpose), profiles every 5th
 run and one on demand, and prints the job's span tree, one profiled run node by node with
-its perf counters, and the latency and profiling tables. It keeps every span in an
-OTLP/JSON lines file, each profile's Chrome JSON and an HTML report of the last one. No
-server is needed; ``otlp_endpoint`` also sends the spans to a collector.
+its perf counters (with a legend: what task-clock sums, and why the run's span is longer
+than the run time the report shows), and the latency and profiling tables. It keeps every
+span in an OTLP/JSON lines file, each profile's Chrome JSON and an HTML report of the last
+one. No server is needed; ``otlp_endpoint`` also sends the spans to a collector (over
+``protocol``: ``grpc``, ``http/protobuf``, or ``None`` for the OTLP variables' choice).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +40,7 @@ from otel_ort.export import OtlpJsonFileSpanExporter
 from otel_ort.instrumentation import OrtInstrumentor, flush_profiles
 from otel_ort.pipeline import Telemetry, configure
 from otel_ort.profiling.chrome import VIEWERS
+from otel_ort.profiling.reader import ProfileError, read_profile
 from otel_ort.profiling.store import ProfileDirError, prepare_dir
 from otel_ort.report import write_report
 from otel_ort.sampling import EveryNth, profile_next_run
@@ -62,9 +66,10 @@ def run_demo(
     requests: int = 20,
     out: TextIO | None = None,
     otlp_endpoint: str | None = None,
+    protocol: str | None = None,
 ) -> int:
     """Run the demo, reporting on ``out`` (stdout); return how many spans did not reach
-    ``otlp_endpoint`` (0 without one)."""
+    ``otlp_endpoint`` (0 without one) over ``protocol``."""
     out = out or sys.stdout
     output_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -75,7 +80,7 @@ def run_demo(
     model_path.write_bytes(mlp_model(width=256, depth=6))
     spans_path = output_dir / "spans.otlp.jsonl"
     spans_path.unlink(missing_ok=True)
-    telemetry = _telemetry(spans_path, otlp_endpoint)
+    telemetry = _telemetry(spans_path, otlp_endpoint, protocol)
 
     instrumentor = OrtInstrumentor()
     instrumentor.instrument(
@@ -93,7 +98,8 @@ def run_demo(
             telemetry.tracer_provider.shutdown()
 
     spans = telemetry.spans.get_finished_spans()
-    print(f"\nSpan tree ({requests} requests, one failing on purpose):\n", file=out)
+    header = f"{requests + 1} requests: {requests} good, 1 failing on purpose"
+    print(f"\nSpan tree ({header}):\n", file=out)
     print(render_span_tree(spans, max_children=4), file=out)
     profiled = [s for s in spans if (s.attributes or {}).get(semconv.RUN_PROFILED) is True]
     if profiled:
@@ -119,10 +125,12 @@ def run_demo(
     return _print_export(telemetry.otlp, out)
 
 
-def _telemetry(spans_path: Path, otlp_endpoint: str | None) -> _Telemetry:
+def _telemetry(spans_path: Path, otlp_endpoint: str | None, protocol: str | None) -> _Telemetry:
     metrics = InMemoryMetricReader()
     if otlp_endpoint:
-        otlp = configure(SERVICE_NAME, otlp_endpoint, metric_readers=[metrics], set_global=False)
+        otlp = configure(
+            SERVICE_NAME, otlp_endpoint, protocol, metric_readers=[metrics], set_global=False
+        )
         tracer_provider, meter_provider = otlp.tracer_provider, otlp.meter_provider
     else:
         otlp = None
@@ -178,7 +186,8 @@ def _print_export(otlp: Telemetry | None, out: TextIO) -> int:
             reasons.append(f"{stream}: {count} {reason.replace('_', ' ')}")
         why = ", ".join(reasons)
         verdict = f"{lost} spans not sent ({why})" if lost else "all sent"
-        print(f"OTLP:     spans and metrics to {otlp.target}: {verdict}", file=out)
+        target = f"{otlp.target} over {otlp.protocol}"
+        print(f"OTLP:     spans and metrics to {target}: {verdict}", file=out)
         return lost
     print(
         "\nTo see the same in Jaeger or Grafana Tempo: `make up` (docker compose: collector, "
@@ -211,6 +220,37 @@ def _print_profiled_run(run: ReadableSpan, spans: Sequence[ReadableSpan], out: T
     print(f"\nperf counters: {', '.join(counted) or off}", file=out)
     for line in lines:
         print(f"  not counted: {line}", file=out)
+    threads = attributes.get(semconv.PERF_THREADS)
+    if "task-clock" in counted and isinstance(threads, int) and threads > 1:
+        legend = (
+            f"task-clock: CPU time summed over the {threads} threads counted, the calling "
+            "thread and ORT's intra-op pool threads, which spin while they wait for work: so "
+            f"up to {threads}x a node's duration."
+        )
+        print(_wrapped(legend), file=out)
+    print(_wrapped(_run_time_legend(run, bool(counted))), file=out)
+
+
+def _wrapped(text: str) -> str:
+    return textwrap.fill(text, width=92, subsequent_indent="  ", break_on_hyphens=False)
+
+
+def _run_time_legend(run: ReadableSpan, perf: bool) -> str:
+    """Why the run's span is longer than the run time the report shows (ORT's ``model_run``)."""
+    span_ms = ((run.end_time or 0) - (run.start_time or 0)) / 1e6
+    try:
+        runs = read_profile(str((run.attributes or {})[semconv.PROFILE_FILE])).runs
+    except (KeyError, OSError, ProfileError):
+        runs = []
+    ort = f", {runs[0].dur / 1e3:.3f} ms" if runs else ""
+    return (
+        f"time: the run's span, {span_ms:.3f} ms, is the whole profiled call; report.html "
+        f"shows ORT's own run time{ort} (its model_run event: the graph's execution). The "
+        "rest is mostly profiling's cost: otel-ort switching ORT's run profiling "
+        f"{'and the perf counters ' if perf else ''}on before ORT's call, then ORT's "
+        "profiler writing the run's JSON file within it. The first profiled run's span (in "
+        "the tree above) also holds otel-ort's one-time set-up of profiling in the process."
+    )
 
 
 def _points(reader: InMemoryMetricReader, name: str) -> Iterator[object]:
