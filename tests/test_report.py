@@ -33,7 +33,14 @@ from otel_ort.report import ReportError, build_report, render_html, write_report
 from otel_ort.report.model import page_data
 from tests import report_browser
 from tests.conftest import Telemetry, instrumentation
-from tests.profiles import kernel_event, model_run, node_event, session_level_profile, write
+from tests.profiles import (
+    kernel_event,
+    loop_profile,
+    model_run,
+    node_event,
+    session_level_profile,
+    write,
+)
 from tests.report_browser import OpenedReport, chromium, open_report, save_screenshot
 
 TRACE_ID = "5b8efff798038103d269b633813fc60c"
@@ -176,6 +183,31 @@ def big_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return big_profile(tmp_path_factory.mktemp("big") / "otel-ort_big.json")
 
 
+def nested_profile(path: Path) -> Path:
+    """A kept run whose Loop holds its body's nodes, one of them an If holding its branch's
+    node, on the calling thread; task-clock per node (summed over the threads counted, as
+    otel-ort writes it) and ORT's pool in the nodes' ``thread_scheduling_stats``."""
+
+    def stats(*workers: str) -> dict[str, Any]:
+        return {
+            "main_thread": {"thread_pool_name": "session-1-intra-op", "thread_id": "1"},
+            "sub_threads": {worker: {"num_run": 1, "core": 1} for worker in workers},
+        }
+
+    events = [
+        model_run(0, 500),
+        node_event("loop", "Loop", 10, 300, thread_scheduling_stats=stats("2")),
+        node_event("body_add", "Add", 20, 50, thread_scheduling_stats=stats("2")),
+        node_event("if", "If", 80, 150, thread_scheduling_stats=stats("2")),
+        node_event("then_mul", "Mul", 90, 100, thread_scheduling_stats=stats("2", "3")),
+        node_event("tail", "Identity", 240, 60, thread_scheduling_stats=stats("2")),
+        node_event("after", "MatMul", 330, 100, thread_scheduling_stats=stats("3")),
+    ]
+    clock = [600e3, 100e3, 300e3, 200e3, 120e3, 200e3]  # ns: 2x the wall time (a spinning pool)
+    counts = [{"task-clock": value} for value in clock]
+    return kept_file(path, events, {7: "MainThread (run)"}, counts)
+
+
 @pytest.fixture(scope="module")
 def kept_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A run profiled by otel-ort's engine (perf counters when this machine allows them):
@@ -240,6 +272,10 @@ def test_data_of_a_run_profiled_by_the_engine(kept_run: tuple[Path, str]) -> Non
     if data["perf"]:  # perf counted on this machine: every node has its counts
         assert len(run["c"]) == len(nodes) and all(values is not None for values in run["c"])
         assert "task-clock" in data["perf"]
+        assert run["cpu"]["alias"] == "task-clock" and run["cpu"]["nodes"] == len(nodes)
+        assert run["cpu"]["threads"] == [[nodes[0].tid, sum(node.dur for node in nodes)]]
+    pools = [name for name, _ in run["pools"]]  # ORT numbers its sessions' pools in order
+    assert not pools or (len(pools) == 1 and re.fullmatch(r"session-\d+-intra-op", pools[0]))
 
 
 def test_data_of_a_session_level_file(session_file: Path) -> None:
@@ -355,6 +391,65 @@ def test_runs_beyond_the_page_budget_are_listed_not_embedded(session_file: Path)
     assert [run["e"] for run in page.data["runs"]] == [0, 0, 1]
     assert "2 of 3 runs are listed but not embedded" in page.notes[0]
     assert "--run N" in page.notes[0]
+
+
+def by_name(data: dict[str, Any], values: list[Any]) -> dict[str, Any]:
+    return dict(zip(node_names(data, 0), values, strict=True))
+
+
+def test_nested_windows_get_their_holder_and_depth(tmp_path: Path) -> None:
+    """A Loop's (If's, Scan's) subgraph nodes run inside its window on its thread: each node
+    names its innermost holder and its depth, which the timeline draws as lanes below."""
+    path = nested_profile(tmp_path / "nested.json")
+    data = embedded(build_report(path).html)
+    run = data["runs"][0]
+    names = node_names(data, 0)
+    holders = {name: None if at < 0 else names[at] for name, at in by_name(data, run["h"]).items()}
+    assert holders == {
+        "loop": None, "body_add": "loop", "if": "loop", "then_mul": "if", "tail": "loop",
+        "after": None,
+    }  # fmt: skip
+    assert by_name(data, run["d"]) == {
+        "loop": 0, "body_add": 1, "if": 1, "then_mul": 2, "tail": 1, "after": 0,
+    }  # fmt: skip
+
+    other_thread = write(
+        tmp_path / "threads.json",
+        [
+            model_run(0, 100),
+            node_event("a", "Add", 10, 50, tid=7),
+            node_event("b", "Mul", 20, 10, tid=8),
+        ],
+    )  # overlapping, but on two threads: neither holds the other
+    flat = embedded(build_report(other_thread).html)["runs"][0]
+    assert flat["h"] == [] and flat["d"] == []
+
+
+def test_nesting_of_a_loop_profiled_by_ort(tmp_path: Path) -> None:
+    data = embedded(build_report(loop_profile(tmp_path, trips=3)).html)
+    depths = data["runs"][0]["d"]
+    ops = [data["s"][node[1]] for node in data["runs"][0]["n"]]
+    assert sorted(zip(ops, depths, strict=True)) == sorted(
+        [("Loop", 0)] + [(op, 1) for op in ("Add", "Identity", "Identity") * 3]
+    )
+
+
+def test_cpu_per_thread_sums_the_outermost_nodes_and_names_the_pool(tmp_path: Path) -> None:
+    """task-clock sums every thread counted during a node (the pool's spinning threads too):
+    the page gets the outermost nodes' sum next to their wall time per thread that ran them,
+    and the pool that helped, so it can say what the sum holds and bound each thread's part."""
+    data = embedded(build_report(nested_profile(tmp_path / "nested.json")).html)
+    run = data["runs"][0]
+    # the Loop's 600 µs and "after"'s 200 µs: a held node's count is in its holder's already
+    assert run["cpu"] == {
+        "alias": "task-clock", "total": 800_000, "wall": 400, "nodes": 2, "threads": [[7, 400]],
+    }  # fmt: skip
+    assert run["pools"] == [["session-1-intra-op", 2]]
+    without = embedded(build_report(nested_profile(tmp_path / "n2.json"), perf=False).html)
+    assert without["runs"][0]["cpu"] is None
+    plain = write(tmp_path / "plain.json", [model_run(0, 100), node_event("a", "Add", 10, 50)])
+    assert embedded(build_report(plain).html)["runs"][0]["cpu"] is None
+    assert embedded(build_report(plain).html)["runs"][0]["pools"] == []
 
 
 # ---------------------------------------------------------------- the page itself
@@ -660,4 +755,72 @@ def test_browser_renders_ten_thousand_nodes_in_under_3_s(
     assert opened.page.inner_text("#trace-id") == TRACE_ID
     assert opened.rendered_ms < 3000
     save_screenshot(opened, tmp_path, "report-10k.png")
+    opened.close()
+
+
+@pytest.mark.e2e
+def test_browser_top_table_fits_its_box_at_1600_px(
+    browser: Any, big_file: Path, tmp_path: Path
+) -> None:
+    """Thread, GPU kernel and three perf columns: the node names and shapes give way (an
+    ellipsis, the full text in their title) so that every column, outputs last, is inside."""
+    page = write_report(big_file, tmp_path / "big.html")
+    opened = open_report(browser, page, width=1600, height=1000)
+    check_offline(opened, page)
+    fit = opened.page.evaluate(
+        """(() => {
+          const box = document.querySelector('.table-wrap');
+          const last = document.querySelector('#top thead th:last-child');
+          return {scroll: box.scrollWidth, client: box.clientWidth, last: last.textContent,
+                  right: last.getBoundingClientRect().right,
+                  boxRight: box.getBoundingClientRect().right};
+        })()"""
+    )
+    assert fit["last"] == "outputs"
+    assert fit["scroll"] <= fit["client"] and fit["right"] <= fit["boxRight"], fit
+    cells = opened.page.locator("#top tbody td.clip")
+    assert cells.count() == 20 * 3
+    for at in range(cells.count()):
+        cell = cells.nth(at)
+        assert cell.get_attribute("title") in (cell.inner_text(), "")
+    save_screenshot(opened, tmp_path, "report-table-1600.png")
+    opened.close()
+
+
+@pytest.mark.e2e
+def test_browser_draws_subgraph_nodes_below_their_holder_and_cpu_per_thread(
+    browser: Any, tmp_path: Path
+) -> None:
+    page = write_report(nested_profile(tmp_path / "nested.json"), tmp_path / "nested.html")
+    opened = open_report(browser, page, width=1600, height=1000)
+    check_offline(opened, page)
+    data = embedded(page.read_text())
+    at = {name: index for index, name in enumerate(node_names(data, 0))}
+
+    def top(name: str) -> float:
+        box = opened.page.locator(f'#timeline rect.node[data-i="{at[name]}"]').bounding_box()
+        assert box
+        return float(box["y"])
+
+    lane = top("body_add") - top("loop")
+    assert lane > 10  # one level down, not drawn over the Loop's bar
+    assert top("if") == top("tail") == top("body_add")
+    assert top("then_mul") == pytest.approx(top("if") + lane)
+    assert top("after") == top("loop")
+    labels = opened.page.evaluate(  # each label's text after its <title>
+        "Array.from(document.querySelectorAll('#timeline .lane-label'), t => t.lastChild.data)"
+    )
+    assert labels == ["MainThread (run) · 7", "↳ subgraph nodes", "↳ subgraph nodes · depth 2"]
+    opened.page.hover(f'#timeline rect.node[data-i="{at["then_mul"]}"]')
+    assert "inside" in opened.page.inner_text("#tooltip")
+    assert "if (If, its subgraph) · depth 2" in opened.page.inner_text("#tooltip")
+
+    header = opened.page.inner_text("#run-meta")
+    assert "6 nodes on 1 thread (helped by 2 ORT pool threads)" in header
+    cpu = opened.page.inner_text("#cpu")
+    assert opened.page.is_visible("#cpu")
+    assert "task-clock in the 2 outermost nodes: 800 µs, 2.0\u00d7 their 400 µs wall time" in cpu
+    assert "sums the CPU time of every thread counted" in cpu
+    assert "≤ 400 µs" in cpu and "≥ 400 µs" in cpu and "session-1-intra-op" in cpu
+    save_screenshot(opened, tmp_path, "report-nested.png")
     opened.close()

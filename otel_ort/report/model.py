@@ -16,7 +16,15 @@ embedded (0/1), and when embedded: ``ok`` complete, ``trace``/``span`` ids, ``st
 time), ``n`` nodes ``[name, op, provider, tid, ts, dur, inputs, outputs]``, ``c`` the nodes'
 perf counts (``null`` or one value per alias; empty when none), ``k`` kernels ``[node (-1:
 none), name, ts, dur, launch detail]``, ``ot`` per op type ``[op, count, total µs]`` (most
-first), ``top`` node positions, longest first.
+first), ``top`` node positions, longest first; ``h`` each node's holder (the position of
+the innermost node whose window holds it on its thread: a Loop, If or Scan holding its
+subgraphs' nodes; -1: none) and ``d`` its nesting depth (0: held by none), both empty when no
+node is held; ``cpu`` (``null`` without a perf time count per node) the CPU time the perf
+counters gave the outermost nodes: ``alias`` (task-clock), ``total`` (ns, summed over every
+thread counted: the threads running nodes and ORT's pool threads), ``wall`` (µs, those nodes'
+durations), ``nodes`` (how many), ``threads`` (``[tid, wall µs of its counted nodes]``, the
+threads that ran them); ``pools`` ORT's thread pools the nodes ran on (from their
+``thread_scheduling_stats``): ``[pool name, its threads besides the caller]``.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from typing import Any
 from otel_ort import semconv
 from otel_ort.perf.tracks import Counters, counters
 from otel_ort.profiling import enriched
-from otel_ort.profiling.model import KernelRecord, Profile, RunRecord
+from otel_ort.profiling.model import KernelRecord, NodeRecord, Profile, RunRecord, holders
 from otel_ort.summary import self_times, totals_by
 from otel_ort.version import __version__
 
@@ -246,6 +254,9 @@ def _run(
         kernels.extend(_kernel(kernel, position, base, strings) for kernel in node.kernels)
     kernels.extend(_kernel(kernel, -1, base, strings) for kernel in run.unmatched_kernels)
     order = sorted(range(len(run.nodes)), key=lambda at: -run.nodes[at].dur)
+    held = holders(run.nodes)
+    depths = nesting_depths(held)
+    nested = any(depths)
     return {
         "i": run.index,
         "e": 1,
@@ -265,7 +276,78 @@ def _run(
             )
         ],
         "top": order[:top],
+        "h": [-1 if holder is None else holder for holder in held] if nested else [],
+        "d": depths if nested else [],
+        "cpu": _cpu(run.nodes, held, node_counts, counts.aliases),
+        "pools": _pools(run.nodes),
     }
+
+
+def nesting_depths(held: list[int | None]) -> list[int]:
+    """Each node's depth from its holder (``holders``): 0 for a node no other holds, its
+    holder's depth + 1 otherwise (a Loop's body node 1, a node of a Loop inside it 2)."""
+    depths = [-1] * len(held)
+    for first in range(len(held)):
+        chain: list[int] = []
+        at: int | None = first
+        while at is not None and depths[at] < 0:
+            chain.append(at)
+            at = held[at]
+        depth = -1 if at is None else depths[at]
+        for link in reversed(chain):
+            depth += 1
+            depths[link] = depth
+    return depths
+
+
+def _cpu(
+    nodes: list[NodeRecord],
+    held: list[int | None],
+    node_counts: list[dict[str, int | float] | None],
+    aliases: list[str],
+) -> dict[str, Any] | None:
+    """What the perf time count (task-clock) says of the outermost nodes' CPU time, next to
+    their wall time per thread that ran them; ``None`` when no node has one."""
+    alias = next((name for name in semconv.PERF_TIME_ALIASES if name in aliases), None)
+    if alias is None:
+        return None
+    total = wall = 0.0
+    counted = 0
+    per_thread: dict[int | None, float] = defaultdict(float)
+    for node, holder, values in zip(nodes, held, node_counts, strict=True):
+        value = None if values is None else values.get(alias)
+        if holder is not None or value is None:
+            continue  # a held node's time is in its holder's window
+        total += value
+        wall += node.dur
+        counted += 1
+        per_thread[node.tid] += node.dur
+    if not counted:
+        return None
+    return {
+        "alias": alias,
+        "total": _number(total),
+        "wall": _number(wall),
+        "nodes": counted,
+        "threads": [[tid, _number(per_thread[tid])] for tid in sorted(per_thread, key=_tid_key)],
+    }
+
+
+def _pools(nodes: list[NodeRecord]) -> list[list[Any]]:
+    """ORT's thread pools that ran parts of the nodes: ``[name, worker threads]``, from the
+    ``thread_scheduling_stats`` ORT's profiler puts in a node's args (its ``sub_threads``
+    are the pool's threads besides the calling one)."""
+    workers: dict[str, set[str]] = {}
+    for node in nodes:
+        stats = node.args.get("thread_scheduling_stats")
+        if not isinstance(stats, dict):
+            continue
+        main, subs = stats.get("main_thread"), stats.get("sub_threads")
+        name = main.get("thread_pool_name") if isinstance(main, dict) else None
+        if not isinstance(name, str):
+            continue
+        workers.setdefault(name, set()).update(subs if isinstance(subs, dict) else ())
+    return [[name, len(threads)] for name, threads in sorted(workers.items())]
 
 
 def _kernel(kernel: KernelRecord, node: int, base: float, strings: _Strings) -> list[Any]:

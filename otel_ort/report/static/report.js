@@ -102,17 +102,57 @@
     $("ids").classList.toggle("none", !run.trace);
     $("no-ids").hidden = !!(run.trace || run.span);
     var threads = new Set(run.n.map(function (n) { return n[N_TID]; }));
+    var workers = (run.pools || []).reduce(function (sum, p) { return sum + p[1]; }, 0);
     var parts = [
       "<b>run " + run.i + "</b>" + (D.runs.length > 1 ? " of " + D.runs.length : ""),
       "<b>" + esc(fmtDur(run.dur)) + "</b>",
-      run.n.length.toLocaleString("en-US") + " nodes on " + threads.size + " thread" +
-        (threads.size === 1 ? "" : "s"),
+      run.n.length.toLocaleString("en-US") + " nodes on " + plural(threads.size, "thread") +
+        (workers ? " (helped by " + plural(workers, "ORT pool thread") + ")" : ""),
     ];
     if (run.k.length) parts.push(run.k.length.toLocaleString("en-US") + " GPU kernels");
     parts.push("started " + esc(run.start.replace("T", " ").replace("Z", " UTC")));
     if (!run.ok) parts.push("<b>incomplete run</b> (the file ends inside it)");
     $("run-meta").innerHTML = parts.join(" · ");
     $("run-picker").value = String(state.pos);
+    renderCpu(run);
+  }
+
+  function plural(count, noun) {
+    return count.toLocaleString("en-US") + " " + noun + (count === 1 ? "" : "s");
+  }
+
+  // A node's perf time count (task-clock) is the CPU time of every thread counted during its
+  // window, summed: the thread running it and ORT's pool threads, which spin while they wait
+  // for work. The file keeps that sum, not each thread's part: a node thread's part is at most
+  // its wall time in the nodes, so at least the rest is the other threads'.
+  function renderCpu(run) {
+    var box = $("cpu"), cpu = run.cpu;
+    box.hidden = !cpu;
+    if (!cpu) { box.innerHTML = ""; return; }
+    var total = cpu.total / 1000; // ns → µs
+    var pools = (run.pools || []).map(function (p) {
+      return "<code>" + esc(p[0]) + "</code>, " + plural(p[1], "thread") + " besides the caller";
+    });
+    var rows = cpu.threads.map(function (t) {
+      return "<tr><td>" + esc(threadLabel(t[0])) + "</td><td>runs the nodes</td><td class=\"num\">" +
+        esc(fmtDur(t[1])) + "</td><td class=\"num\">≤ " + esc(fmtDur(Math.min(t[1], total))) +
+        "</td><td class=\"muted\">at most its wall time in the nodes</td></tr>";
+    });
+    rows.push("<tr><td>" + (pools.length ? "ORT's pool: " + pools.join("; ") :
+      "other threads counted (ORT's pool)") + "</td><td>runs parallel parts, may spin waiting</td>" +
+      "<td class=\"num\">–</td><td class=\"num\">≥ " + esc(fmtDur(Math.max(0, total - cpu.wall))) +
+      "</td><td class=\"muted\">the rest of the sum</td></tr>");
+    var ratio = cpu.wall > 0 ? (total / cpu.wall).toFixed(1) + "×" : "–";
+    box.innerHTML = "<div class=\"cpu-head\"><b>CPU per thread</b> · " + esc(cpu.alias) + " in " +
+      (run.d.length ? "the " + plural(cpu.nodes, "outermost node") : plural(cpu.nodes, "node")) +
+      ": <b>" + esc(fmtDur(total)) + "</b>, <b>" + ratio + "</b> their " + esc(fmtDur(cpu.wall)) +
+      " wall time</div><div class=\"muted\">" + esc(cpu.alias) + " sums the CPU time of every " +
+      "thread counted during a node: the thread running it and ORT's intra-op pool threads, " +
+      "which spin while they wait for work (<code>session.intra_op.allow_spinning=0</code> stops " +
+      "that). The file keeps the sum per node, not each thread's part, so the parts below are " +
+      "bounds.</div><table class=\"cpu-table\"><thead><tr><th>thread</th><th>role</th>" +
+      "<th class=\"num\">wall time in nodes</th><th class=\"num\">CPU (" + esc(cpu.alias) +
+      ")</th><th></th></tr></thead><tbody>" + rows.join("") + "</tbody></table>";
   }
 
   /* ---------- timeline ---------- */
@@ -128,11 +168,22 @@
     run.k.forEach(function (k) {
       if (k[K_NODE] < 0) orphans = true; else withKernels.add(run.n[k[K_NODE]][N_TID]);
     });
+    var depthOf = new Map(); // per thread, its deepest node's nesting depth
+    run.n.forEach(function (n, i) {
+      var depth = run.d.length ? run.d[i] : 0;
+      if (!(depthOf.get(n[N_TID]) >= depth)) depthOf.set(n[N_TID], depth);
+    });
     var lanes = [], nodeY = new Map(), kernelY = new Map(), y = 0, orphanY = -1;
     order.forEach(function (tid, at) {
-      lanes.push({ y: y, h: LANE_H, label: threadLabel(tid), cls: at % 2 ? "alt" : "" });
+      var cls = at % 2 ? "alt" : "";
+      lanes.push({ y: y, h: LANE_H, label: threadLabel(tid), cls: cls });
       nodeY.set(tid, y);
       y += LANE_H;
+      for (var depth = 1; depth <= depthOf.get(tid); depth++) { // a Loop's, If's, Scan's subgraph
+        lanes.push({ y: y, h: LANE_H, label: "↳ subgraph nodes" + (depth > 1 ? " · depth " + depth : ""),
+          cls: cls + " sub", indent: 10 * depth });
+        y += LANE_H;
+      }
       if (withKernels.has(tid)) {
         lanes.push({ y: y, h: KLANE_H, label: "↳ GPU kernels", cls: "k" });
         kernelY.set(tid, y);
@@ -175,7 +226,7 @@
       var label = lane.label.length > 30 ? lane.label.slice(0, 29) + "…" : lane.label;
       return "<rect class=\"lane-bg " + lane.cls + "\" x=\"0\" y=\"" + (AXIS_H + lane.y) +
         "\" width=\"" + width + "\" height=\"" + lane.h + "\"/><text class=\"lane-label " +
-        lane.cls + "\" x=\"8\" y=\"" + (AXIS_H + lane.y + lane.h / 2 + 4) + "\"><title>" +
+        lane.cls + "\" x=\"" + (8 + (lane.indent || 0)) + "\" y=\"" + (AXIS_H + lane.y + lane.h / 2 + 4) + "\"><title>" +
         esc(lane.label) + "</title>" + esc(label) + "</text>";
     }).join("");
     box.innerHTML = "<svg id=\"tl\" width=\"" + width + "\" height=\"" + height + "\">" +
@@ -198,7 +249,8 @@
     for (var i = 0; i < run.n.length; i++) {
       var n = run.n[i];
       parts[i] = "<rect class=\"node o" + n[N_OP] + (i === state.sel ? " sel" : "") +
-        "\" data-i=\"" + i + "\" x=\"" + n[N_TS] + "\" y=\"" + (L.nodeY.get(n[N_TID]) + PAD) +
+        "\" data-i=\"" + i + "\" x=\"" + n[N_TS] + "\" y=\"" +
+        (L.nodeY.get(n[N_TID]) + (run.d.length ? run.d[i] * LANE_H : 0) + PAD) +
         "\" width=\"" + (n[N_DUR] > minW ? n[N_DUR] : minW) + "\" height=\"" + h + "\"/>";
     }
     for (var j = 0; j < run.k.length; j++) {
@@ -316,9 +368,16 @@
       row("thread", esc(threadLabel(n[N_TID]))),
       row("duration", "<b>" + esc(fmtDur(n[N_DUR])) + "</b> · " + pct(n[N_DUR], run.dur) + " of the run"),
       row("start", "+" + esc(fmtDur(n[N_TS]))),
-      row("inputs", esc(S[n[N_IN]] || "–")),
-      row("outputs", esc(S[n[N_OUT]] || "–")),
     ];
+    if (run.h.length && run.h[i] >= 0) {
+      var holder = run.n[run.h[i]];
+      rows.push(row("inside", esc(S[holder[N_NAME]]) + " (" + esc(S[holder[N_OP]]) +
+        ", its subgraph) · depth " + run.d[i]));
+    }
+    rows.push(
+      row("inputs", esc(S[n[N_IN]] || "–")),
+      row("outputs", esc(S[n[N_OUT]] || "–"))
+    );
     var kernels = run.k.filter(function (k) { return k[K_NODE] === i; });
     if (kernels.length) {
       var total = kernels.reduce(function (sum, k) { return sum + k[K_DUR]; }, 0);
@@ -327,7 +386,9 @@
     var counts = run.c.length ? run.c[i] : null;
     if (PERF.length && counts) {
       rows.push("<tr class=\"perf-head\"><td colspan=\"2\">perf counters</td></tr>");
-      PERF.forEach(function (alias, at) { rows.push(row(alias, esc(fmtPerf(counts[at], at)))); });
+      PERF.forEach(function (alias, at) {
+        rows.push(row(alias + (PERF_NS[at] ? " (all threads)" : ""), esc(fmtPerf(counts[at], at))));
+      });
     }
     return "<div class=\"tt-name\">" + esc(S[n[N_NAME]]) + "</div><table>" + rows.join("") + "</table>";
   }
@@ -406,17 +467,20 @@
       several ? ["thread"] : [], ["start", "duration", "% of run"],
       kernelsOf.size ? ["GPU kernels"] : []);
     $("top").tHead.innerHTML = "<tr>" + head.map(function (h) {
-      return "<th" + (numeric[h] ? " class=\"num\"" : "") + ">" + esc(h) + "</th>";
-    }).join("") + perf.map(function (alias) {
-      return "<th class=\"num perf\" title=\"perf counter over the node's window\">" + esc(alias) + "</th>";
-    }).join("") + "<th>inputs</th><th>outputs</th></tr>";
+      return "<th" + (numeric[h] ? " class=\"num\"" : h === "node" ? " class=\"name\"" : "") + ">" +
+        esc(h) + "</th>";
+    }).join("") + perf.map(function (alias, at) {
+      return "<th class=\"num perf\" title=\"perf counter over the node's window" + (PERF_NS[at] ?
+        ": CPU time summed over every thread counted (the node's and ORT's pool threads, which " +
+        "spin), so it can exceed the duration" : "") + "\">" + esc(alias) + "</th>";
+    }).join("") + "<th class=\"shape\">inputs</th><th class=\"shape\">outputs</th></tr>";
     $("top").tBodies[0].innerHTML = run.top.map(function (i, rank) {
       var n = run.n[i];
       var cells = [
         "<td class=\"num\">" + (rank + 1) + "</td>",
-        "<td class=\"name\" title=\"" + esc(S[n[N_NAME]]) + "\">" + esc(S[n[N_NAME]]) + "</td>",
+        "<td class=\"name clip\" title=\"" + esc(S[n[N_NAME]]) + "\">" + esc(S[n[N_NAME]]) + "</td>",
         "<td><span class=\"swatch\" style=\"background:" + opColor(n[N_OP]) + "\"></span>" + esc(S[n[N_OP]]) + "</td>",
-        "<td>" + esc(S[n[N_PROV]]) + "</td>",
+        "<td title=\"" + esc(S[n[N_PROV]]) + "\">" + esc(S[n[N_PROV]].replace(/ExecutionProvider$/, "")) + "</td>",
       ];
       if (several) cells.push("<td>" + esc(threadLabel(n[N_TID])) + "</td>");
       cells.push(
@@ -434,8 +498,8 @@
         cells.push("<td class=\"num perf\">" + esc(fmtPerf(counts ? counts[at] : null, at)) + "</td>");
       });
       cells.push(
-        "<td class=\"shape\" title=\"" + esc(S[n[N_IN]]) + "\">" + esc(S[n[N_IN]] || "–") + "</td>",
-        "<td class=\"shape\" title=\"" + esc(S[n[N_OUT]]) + "\">" + esc(S[n[N_OUT]] || "–") + "</td>"
+        "<td class=\"shape clip\" title=\"" + esc(S[n[N_IN]]) + "\">" + esc(S[n[N_IN]] || "–") + "</td>",
+        "<td class=\"shape clip\" title=\"" + esc(S[n[N_OUT]]) + "\">" + esc(S[n[N_OUT]] || "–") + "</td>"
       );
       return "<tr data-i=\"" + i + "\">" + cells.join("") + "</tr>";
     }).join("");
