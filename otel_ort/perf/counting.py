@@ -98,8 +98,7 @@ class Pool:
         try:
             for group in share.groups:
                 before = group.frozen or group.read()
-                group.frozen = None
-                group.discard()  # nothing, unless a record came in as it was switched off
+                group.frozen = None  # its rings are empty: each stop is taken before a start
                 share.started.append((before, group.enable()))
         except BaseException:
             _disable(share.groups)
@@ -431,10 +430,12 @@ class PerfCounters:
 
 
 def _disable(groups: Iterable[ThreadGroup]) -> None:
-    """Switch ``groups`` off, on an error path: each one, whatever the others do."""
+    """Switch ``groups`` off and empty their rings, on an error path (no run takes what they
+    recorded): each one, whatever the others do."""
     for group in groups:
         with contextlib.suppress(OSError):
             group.disable()
+            group.discard()
 
 
 def _line(event: Unavailable) -> str:
