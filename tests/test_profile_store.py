@@ -465,10 +465,10 @@ def test_stop_does_not_wait_for_places_its_own_thread_reserved() -> None:
 
 
 def test_the_docs_give_the_kept_file_names_the_store_makes(tmp_path: Path) -> None:
-    """``otel-ort_<time>_<pid>-<random>-<n>.json``, as README.md and the examples say."""
+    """``otel-ort_<time>_<pid>-<random>-<n>.json``, as docs/profiling.md and the examples say."""
     root = Path(__file__).resolve().parent.parent
     documented = "otel-ort_<time>_<pid>-<random>-<n>.json"
-    for doc in ("README.md", "examples/README.md", "examples/batch_profile.py"):
+    for doc in ("docs/profiling.md", "examples/README.md", "examples/batch_profile.py"):
         names = set(re.findall(r"otel-ort_<time>_[<>a-z-]+\.json", (root / doc).read_text()))
         assert names == {documented}, (doc, names)
     store_dir = tmp_path / "profiles"
