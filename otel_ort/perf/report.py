@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import isnan
 
 from opentelemetry.util.types import AttributeValue
 
@@ -66,14 +67,16 @@ def node_attributes(counts: RunCounts) -> list[dict[str, AttributeValue]]:
     """Per node (in window order): ``perf.<alias>``, the per-thread split when several threads
     worked on it, and the aliases that were not counted."""
     out = []
+    keys: dict[str, tuple[str, str]] = {}  # alias -> its attribute and its by-thread attribute
     for values, threads in zip(counts.attribution.nodes, counts.attribution.threads, strict=True):
         attributes: dict[str, AttributeValue] = {}
         missing = []
         for alias, value in values.items():
-            if math.isnan(value):
+            if isnan(value):  # not counted during this node
                 missing.append(alias)
             else:
-                attributes[semconv.PERF_PREFIX + alias] = round(value)
+                key = keys.get(alias) or keys.setdefault(alias, _keys(alias))
+                attributes[key[0]] = round(value)
         if missing:
             attributes[semconv.PERF_NOT_COUNTED] = missing
         if len(threads) > 1:
@@ -81,11 +84,16 @@ def node_attributes(counts: RunCounts) -> list[dict[str, AttributeValue]]:
             attributes[semconv.PERF_THREAD_IDS] = tids
             for alias in values:
                 split = [threads[tid].get(alias, math.nan) for tid in tids]
-                if not any(math.isnan(value) for value in split):
-                    key = semconv.PERF_PREFIX + alias + semconv.PERF_BY_THREAD_SUFFIX
-                    attributes[key] = [round(value) for value in split]
+                if not any(isnan(value) for value in split):
+                    key = keys.get(alias) or keys.setdefault(alias, _keys(alias))
+                    attributes[key[1]] = [round(value) for value in split]
         out.append(attributes)
     return out
+
+
+def _keys(alias: str) -> tuple[str, str]:
+    name = semconv.PERF_PREFIX + alias
+    return name, name + semconv.PERF_BY_THREAD_SUFFIX
 
 
 def run_attributes(counts: RunCounts, unavailable: Sequence[str]) -> dict[str, AttributeValue]:

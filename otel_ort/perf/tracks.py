@@ -8,6 +8,7 @@ import math
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from math import isnan
 from typing import Any
 
 from otel_ort import semconv
@@ -23,29 +24,26 @@ def counter_events(
     later than the next node's start (ORT's whole-µs times may overlap by 1 µs), so that a
     viewer, which sorts the samples by time, never ends the next node's count early."""
     events: list[dict[str, Any]] = []
+    append = events.append  # about 2,500 events a run of 400 nodes: the loop is kept lean
+    names: dict[str, str] = {}
     starts = [start for start, _ in windows_us[1:]] + [math.inf] if windows_us else []
     for values, (start, end), next_start in zip(
         counts.attribution.nodes, windows_us, starts, strict=True
     ):
+        stop = end if end < next_start else next_start
         for alias, value in values.items():
-            if math.isnan(value):
+            if isnan(value):  # not counted during this node
                 continue
-            name = semconv.PERF_PREFIX + alias
-            events.append(_counter(name, start, pid, alias, round(value)))
-            events.append(_counter(name, min(end, next_start), pid, alias, 0))
+            name = names.get(alias) or names.setdefault(alias, semconv.PERF_PREFIX + alias)
+            append(
+                {"name": name, "ph": "C", "ts": start, "pid": pid, "tid": 0, "cat": "perf",
+                 "args": {alias: round(value)}}
+            )  # fmt: skip
+            append(
+                {"name": name, "ph": "C", "ts": stop, "pid": pid, "tid": 0, "cat": "perf",
+                 "args": {alias: 0}}
+            )  # fmt: skip
     return events
-
-
-def _counter(name: str, ts: float, pid: int, alias: str, value: int) -> dict[str, Any]:
-    return {
-        "name": name,
-        "ph": "C",
-        "ts": ts,
-        "pid": pid,
-        "tid": 0,
-        "cat": "perf",
-        "args": {alias: value},
-    }
 
 
 @dataclass

@@ -14,6 +14,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 START_TIME_KEY = "start_time_unix_ns"
 """``otherData`` key: absolute time (ns since the epoch) of ``ts == 0``; the reader uses it."""
 
@@ -55,7 +57,10 @@ def enrich(
             continue
         metadata.append(_meta("thread_name", pid, tid, thread_names.get(tid, f"ORT thread {tid}")))
     enriched = {"traceEvents": metadata + events, "displayTimeUnit": "ms", "otherData": other_data}
-    return json.dumps(enriched, separators=(",", ":")).encode()
+    try:
+        return orjson.dumps(enriched)  # several times faster than json, on the worker's path
+    except orjson.JSONEncodeError:  # what only json writes (an integer over 64 bits)
+        return json.dumps(enriched, separators=(",", ":")).encode()
 
 
 def _meta(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:
