@@ -13,15 +13,20 @@ Spans are exported only when an OTLP endpoint is configured (``--otlp-endpoint``
 standard ``OTEL_EXPORTER_OTLP_ENDPOINT``): the whole job is then one trace, with the node spans
 of each profiled run under its ``onnxruntime.run`` span. Without an endpoint nothing is
 exported (no collector to wait for), and the profile files are the output.
+
+Stopped with SIGTERM (``kill``, a scheduler's stop), the job exits as on Ctrl+C: the spans
+of the runs made so far, profiled runs included, are exported at exit, and it exits 143.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -210,5 +215,17 @@ def megabytes(size: int) -> str:
     return f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size / 1024:.0f} KiB"
 
 
+def exit_on_sigterm() -> None:
+    """Make SIGTERM end the job as Ctrl+C does, with ``SystemExit(143)``. Python's default for
+    SIGTERM ends the process at once, skipping the exit-time export of spans and the
+    conversion of pending profiles. A script's own choice: otel-ort installs no handler."""
+
+    def stop(signum: int, _: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

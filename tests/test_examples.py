@@ -6,13 +6,13 @@ an in-process receiver. ``configure()`` sets global providers, so each runs in a
 from __future__ import annotations
 
 import json
-import os
 import re
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -20,8 +20,14 @@ import pytest
 
 from otel_ort import semconv
 from otel_ort.demo_model import mlp_model
+from tests.example_spans import (
+    attributes_of,
+    by_parent,
+    check_profiled,
+    clean_environment,
+    node_events,
+)
 from tests.otlp_receiver import OtlpReceiver
-from tests.test_otlp_export import attributes_of
 
 pytestmark = pytest.mark.e2e
 
@@ -35,40 +41,15 @@ def run_python(
 ) -> subprocess.CompletedProcess[str]:
     """``python *args`` with ``env`` on top of a copy of this environment without any OTEL_*
     or otel-ort settings of the developer's own."""
-    clean = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("OTEL_", "ORT_SERVICE_"))
-    }
     return subprocess.run(
         [sys.executable, *args],
-        env={**clean, **env},
+        env=clean_environment(**env),
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
-
-
-def by_parent(spans: list[Any]) -> dict[bytes, list[Any]]:
-    children: dict[bytes, list[Any]] = {}
-    for span in spans:
-        children.setdefault(span.parent_span_id, []).append(span)
-    return children
-
-
-def check_profiled(run: Any, children: dict[bytes, list[Any]], directory: Path) -> None:
-    """A profiled run span: a node span per node under it, and its Chrome JSON on disk."""
-    attributes = attributes_of(run)
-    assert attributes[semconv.RUN_PROFILED] is True
-    nodes = children.get(run.span_id, [])
-    assert len(nodes) == attributes[semconv.RUN_NODE_COUNT] > 0
-    assert all(node.trace_id == run.trace_id for node in nodes)
-    assert all(semconv.NODE_OP_TYPE in attributes_of(node) for node in nodes)
-    kept = Path(attributes[semconv.PROFILE_FILE])
-    assert kept.parent == directory and kept.is_file()
-    assert json.loads(kept.read_text())["otherData"]["trace_id"] == run.trace_id.hex()
 
 
 # -- examples/fastapi_service ---------------------------------------------------------------
@@ -101,7 +82,7 @@ with TestClient(app) as client:  # runs the app's lifespan: the model load
     bad = client.post("/predict", json={{"inputs": [[1.0, 2.0]]}})
     results["bad"] = [bad.status_code, bad.json()]
 print(json.dumps({{"rows": rows, "results": results}}))
-# no flush and no shutdown: interpreter exit converts pending profiles and exports the rest
+# no flush: leaving TestClient runs the app's lifespan shutdown, which exports everything
 """
 
 
@@ -235,6 +216,78 @@ def test_batch_profile_exports_the_job_as_one_trace(tmp_path: Path, mlp_path: Pa
     assert not [run for run in runs if semconv.PROFILE_SKIP_REASON in attributes_of(run)]
     for index in profiled:
         check_profiled(runs[index - 1], children, profiles)
+
+
+def test_batch_profile_stopped_by_sigterm_exports_every_run_made(
+    tmp_path: Path, mlp_path: Path
+) -> None:
+    """SIGTERM mid-job: the job span, every run span made and every profiled run's node spans
+    arrive (Python's default for SIGTERM would end the process with nothing exported)."""
+    profiles = tmp_path / "profiles"
+    with OtlpReceiver() as receiver:
+        job = subprocess.Popen(
+            [
+                sys.executable,
+                BATCH,
+                str(mlp_path),
+                "--batches",
+                "10000000",
+                "--every",
+                "10",
+                "--batch-size",
+                "4",
+                "--profile-dir",
+                str(profiles),
+            ],
+            env=clean_environment(
+                OTEL_EXPORTER_OTLP_ENDPOINT=receiver.http_endpoint,
+                OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+                OTEL_BSP_SCHEDULE_DELAY="600000",  # spans wait in their queues for the signal
+            ),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while len(list(profiles.glob("otel-ort_*.json"))) < 5:  # some runs profiled
+                assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+                time.sleep(0.02)
+            job.send_signal(signal.SIGTERM)
+            stdout, stderr = job.communicate(timeout=120)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.communicate()
+        received = receiver.spans()
+    assert job.returncode == 128 + signal.SIGTERM, stderr
+    assert "profiled runs" not in stdout  # stopped before its summary
+
+    spans = [span for _, span in received]
+    (root,) = [s for s in spans if s.name == "batch-profile"]
+    assert all(span.trace_id == root.trace_id for span in spans)
+    children = by_parent(spans)
+    runs = sorted(
+        (s for s in children[root.span_id] if s.name == semconv.SPAN_RUN),
+        key=lambda s: s.start_time_unix_nano,
+    )
+    if runs[-1].status.code == STATUS_CODE_ERROR:  # the run the signal's SystemExit ended
+        assert runs[-1].status.message == "SystemExit: 143"
+        assert attributes_of(runs[-1])[semconv.ERROR_TYPE] == "SystemExit"
+        runs.pop()
+    profiled = [
+        index for index, run in enumerate(runs, 1) if attributes_of(run)[semconv.RUN_PROFILED]
+    ]
+    assert profiled == list(range(10, len(runs) + 1, 10))  # no run span lost
+    assert len(profiled) >= 5
+    for index in profiled:
+        run = runs[index - 1]
+        check_profiled(run, children, profiles)
+        assert len(children[run.span_id]) == node_events(
+            Path(attributes_of(run)[semconv.PROFILE_FILE])
+        )
+    assert len(list(profiles.glob("otel-ort_*.json"))) == len(profiled)
 
 
 def test_batch_profile_without_an_endpoint_keeps_profile_files(tmp_path: Path) -> None:
