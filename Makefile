@@ -10,7 +10,7 @@ PHOENIX_VERSION := 20.26.1
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint unit e2e e2e-phoenix browser up down bench clean
+.PHONY: demo test lint unit e2e e2e-phoenix browser wrk up down bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,11 +54,18 @@ up:  ## the collector, Jaeger, Tempo, Prometheus and Grafana (needs Docker): see
 down:
 	docker compose down
 
-bench: $(STAMP)  ## run overhead; profile → spans speed; perf counting overhead (each against its baseline, same run)
+bench: $(STAMP) wrk  ## run overhead; profile → spans speed; perf counting overhead; a profiled run's whole-process CPU; the FastAPI example under wrk (each against its baseline, same run)
 	$(BIN)/python -m bench.run_overhead
 	$(BIN)/python -m bench.profile_spans
 	$(BIN)/python -m bench.profile_overhead
 	$(BIN)/python -m bench.perf_overhead
+	$(BIN)/python -m bench.profiled_run_cost
+	$(BIN)/python -m bench.service_load
+
+wrk:  ## Debian's wrk, the HTTP load generator of bench.service_load, installed when missing (apt-get)
+	@command -v wrk >/dev/null || ! command -v apt-get >/dev/null || \
+		{ $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q wrk >/dev/null; }
 
 clean:
 	rm -rf $(VENV) $(PHOENIX_VENV) otel-ort-demo .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,293 @@
+"""What profiling a sample of runs costs a real service under load: the FastAPI example
+(``examples/fastapi_service``) on uvicorn, one worker, driven by ``wrk``.
+
+    make bench   (or: .venv/bin/python -m bench.service_load [--quick] [--models cls,rec]
+                  [--repetitions R] [--seconds S])
+
+Per model, two servers of the same app run side by side, one with the profile sampler
+``never`` (tracing only) and one with ``rate:2/s``; each exports its spans and metrics over
+OTLP/gRPC to a real receiver in a third process (``bench.otlp_sink``), so export is paid as in
+production. Each repetition loads one server, then the other (the order alternates, ABBA), for
+the same seconds with ``wrk -t2 -c8`` (8 connections: the one worker is saturated); the
+``rate:2/s`` figures are taken as ratios to the ``never`` ones of the same repetition, and the
+median ratio is reported. Targets: requests/s at most 5 % lower, p99 at most 15 % higher.
+
+Models: the rapidocr classifier (235 nodes, ~3 ms a run) and recogniser (415 nodes, ~25 ms),
+served through ``ORT_SERVICE_MODEL`` behind one ``Reshape`` (and an ``ArgMax`` for the
+recogniser) so that they take the example's ``[batch, features]`` rows
+(``bench/service_models.py`` says why). A request is one JSON row of 27,648 (cls) or
+46,080 (rec) pixels; uvicorn runs without its access log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.otlp_sink import ROOT, Received, SinkProcess
+from bench.service_models import SERVED_MODELS, ServedModel, flat_model, request_body
+from bench.wrk import WrkResult, post_script, run_wrk, wrk_binary
+from tests.otlp_receiver import free_port
+
+SAMPLERS = ("never", "rate:2/s")
+TARGET_RPS_DROP = 0.05
+TARGET_P99_RISE = 0.15
+CONNECTIONS = 8
+WRK_THREADS = 2
+
+
+@dataclass
+class Server:
+    """One uvicorn process serving the example with one profile sampler."""
+
+    sampler: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/predict"
+
+
+@dataclass(frozen=True)
+class Block:
+    """One load block on one server."""
+
+    wrk: WrkResult
+    rss_mb: float
+    cpu_ms_per_request: float
+
+
+def start_server(sampler: str, model: Path, endpoint: str, workdir: Path) -> Server:
+    """The example on uvicorn (one worker, no access log), exporting to ``endpoint``."""
+    port = free_port()
+    tag = sampler.replace(":", "-").replace("/", "")
+    env = {
+        **os.environ,
+        "ORT_SERVICE_MODEL": str(model),
+        "OTEL_ORT_PROFILE_SAMPLER": sampler,
+        "OTEL_ORT_PROFILE_DIR": str(workdir / f"profiles-{tag}"),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_SERVICE_NAME": f"bench-{tag}",
+    }
+    log = workdir / f"uvicorn-{tag}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "examples.fastapi_service.app:app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    return Server(sampler, port, process, log)
+
+
+def wait_ready(server: Server, body: bytes, timeout: float = 120.0) -> None:
+    """Until ``/predict`` answers 200 to ``body``; ``SystemExit`` with the server's log if
+    it ends or does not answer in time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            break
+        request = urllib.request.Request(
+            server.url, body, {"Content-Type": "application/json"}, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.3)
+    stop_server(server)
+    raise SystemExit(f"the {server.sampler} server did not serve:\n{server.log.read_text()}")
+
+
+def stop_server(server: Server) -> None:
+    """SIGTERM (uvicorn's graceful shutdown: the app's telemetry flushes), then kill at 30 s."""
+    if server.process.poll() is None:
+        server.process.send_signal(signal.SIGTERM)
+    try:
+        server.process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of process ``pid`` now, MB."""
+    with open(f"/proc/{pid}/status") as status:
+        kib = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    return kib / 1024
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU of process ``pid`` (all its threads) so far, seconds."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def load_block(server: Server, script: Path, seconds: float) -> Block:
+    pid = server.process.pid
+    before = cpu_s(pid)
+    result = run_wrk(server.url, script, seconds, WRK_THREADS, CONNECTIONS)
+    used = cpu_s(pid) - before
+    return Block(result, rss_mb(pid), 1000 * used / max(1, result.requests))
+
+
+def measure(
+    served: ServedModel, cache: Path, repetitions: int, seconds: float, warmup: float
+) -> tuple[dict[str, list[Block]], list[Received]]:
+    """Blocks per sampler (repetition order) and what each server's receiver took."""
+    model = flat_model(served, cache)
+    workdir = Path(tempfile.mkdtemp(prefix="otel-ort-service-load-"))
+    body = workdir / "body.json"
+    body.write_bytes(request_body(served))
+    script = workdir / "post.lua"
+    script.write_text(post_script(body))
+    blocks: dict[str, list[Block]] = {sampler: [] for sampler in SAMPLERS}
+    with SinkProcess(len(SAMPLERS)) as sink:
+        servers = [
+            start_server(sampler, model, endpoint, workdir)
+            for sampler, endpoint in zip(SAMPLERS, sink.endpoints, strict=True)
+        ]
+        try:
+            for server in servers:
+                wait_ready(server, body.read_bytes())
+                _progress(f"  {served.key}: {server.sampler} ready; warming up {warmup:.0f} s")
+                run_wrk(server.url, script, warmup, WRK_THREADS, CONNECTIONS)
+            for repetition in range(repetitions):
+                order = servers if repetition % 2 == 0 else servers[::-1]
+                for server in order:
+                    block = load_block(server, script, seconds)
+                    blocks[server.sampler].append(block)
+                    _progress(
+                        f"  {served.key} {repetition + 1}/{repetitions} {server.sampler}: "
+                        f"{block.wrk.requests_per_s:.1f} req/s, p99 {block.wrk.p99_ms:.1f} ms"
+                    )
+        finally:
+            for server in servers:
+                stop_server(server)
+        received = sink.received()
+    return blocks, received
+
+
+def paired_ratios(base: list[float], other: list[float]) -> list[float]:
+    """``other[i] / base[i]`` for each repetition ``i``."""
+    if len(base) != len(other) or not base:
+        raise ValueError(f"paired ratios need equal, non-empty lists ({len(base)}, {len(other)})")
+    return [b / a for a, b in zip(base, other, strict=True)]
+
+
+def _spread(ratios: list[float]) -> str:
+    """Median change in %, with the range over repetitions."""
+
+    def pct(ratio: float) -> str:
+        return f"{100 * (ratio - 1):+.1f}"
+
+    return f"{pct(statistics.median(ratios))} % [{pct(min(ratios))}, {pct(max(ratios))}]"
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 repetitions of 5 s")
+    parser.add_argument("--repetitions", type=int, default=None, help="default 5")
+    parser.add_argument("--seconds", type=float, default=None, help="per block; default 10")
+    parser.add_argument("--models", default="cls,rec", help="of: " + ", ".join(SERVED_MODELS))
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(os.environ.get("OTEL_ORT_WHEEL_CACHE", "/tmp/otel-ort-wheels")),
+    )
+    args = parser.parse_args()
+    repetitions = args.repetitions or (3 if args.quick else 5)
+    seconds = args.seconds or (5.0 if args.quick else 10.0)
+    keys = [key.strip() for key in args.models.split(",") if key.strip()]
+    unknown = [key for key in keys if key not in SERVED_MODELS]
+    if unknown:
+        parser.error(f"--models takes {', '.join(SERVED_MODELS)}, not {', '.join(unknown)}")
+    if repetitions < 1 or seconds < 1:
+        parser.error("--repetitions and --seconds must be at least 1")
+    wrk_binary()
+    _progress(
+        f"service_load: {repetitions} x {seconds:.0f} s per sampler and model, "
+        f"wrk -t{WRK_THREADS} -c{CONNECTIONS}, {time.ctime()}"
+    )
+    rows, pairs = [], []
+    for key in keys:
+        served = SERVED_MODELS[key]
+        blocks, received = measure(served, args.cache, repetitions, seconds, warmup=3.0)
+        for sampler, got in zip(SAMPLERS, received, strict=True):
+            mine = blocks[sampler]
+            cells = (
+                served.source.name,
+                sampler,
+                f"{statistics.median(b.wrk.requests_per_s for b in mine):.1f}",
+                f"{statistics.median(b.wrk.p50_ms for b in mine):.1f}",
+                f"{statistics.median(b.wrk.p99_ms for b in mine):.1f}",
+                f"{statistics.median(b.cpu_ms_per_request for b in mine):.1f}",
+                f"{mine[-1].rss_mb:.0f}",
+                f"{got.spans / max(1, got.run_spans):.1f}",
+                str(sum(b.wrk.errors for b in mine)),
+            )
+            rows.append("| " + " | ".join(cells) + " |")
+        base, rate = blocks[SAMPLERS[0]], blocks[SAMPLERS[1]]
+        rps = paired_ratios(
+            [b.wrk.requests_per_s for b in base], [b.wrk.requests_per_s for b in rate]
+        )
+        p99 = paired_ratios([b.wrk.p99_ms for b in base], [b.wrk.p99_ms for b in rate])
+        met_rps = 1 - statistics.median(rps) <= TARGET_RPS_DROP
+        met_p99 = statistics.median(p99) - 1 <= TARGET_P99_RISE
+        pair = (
+            served.source.name,
+            _spread(rps),
+            "met" if met_rps else "missed",
+            _spread(p99),
+            "met" if met_p99 else "missed",
+        )
+        pairs.append("| " + " | ".join(pair) + " |")
+    print(
+        f"\nservice_load, {time.strftime('%Y-%m-%d')}: medians over {repetitions} blocks of "
+        f"{seconds:.0f} s (wrk -t{WRK_THREADS} -c{CONNECTIONS})"
+    )
+    print(
+        "| model | sampler | requests/s | p50 ms | p99 ms | server CPU ms/request | RSS MB "
+        "| spans per run span | errors |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    print(f"\n{SAMPLERS[1]} against {SAMPLERS[0]}, paired by repetition: median [min, max]")
+    print("| model | requests/s | target (>= -5 %) | p99 | target (<= +15 %) |")
+    print("|---|---|---|---|---|")
+    print("\n".join(pairs))
+
+
+if __name__ == "__main__":
+    main()

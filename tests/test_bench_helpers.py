@@ -1,0 +1,210 @@
+"""The helpers of the load and whole-process cost benchmarks: wrk's report, the stage timers,
+the OTLP sink process, the rapidocr models reshaped for the FastAPI example."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import otel_ort
+from bench.otlp_sink import SinkProcess
+from bench.service_load import paired_ratios
+from bench.service_models import SERVED_MODELS, flat_model, request_body
+from bench.stage_timers import Hook, StageTimers
+from bench.wheel_models import fetch
+from bench.wrk import WrkReportError, parse_report, post_script, run_wrk
+
+# wrk 4.1.0's report (Debian), as printed on this VM against a server answering 404
+REPORT = """\
+Running 1s test @ http://127.0.0.1:18081/nope
+  1 threads and 2 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     1.44ms    1.67ms  12.20ms   85.93%
+    Req/Sec     1.91k   793.69     3.06k    70.00%
+  Latency Distribution
+     50%  615.00us
+     75%    1.94ms
+     90%    3.73ms
+     99%    1.20s
+  1900 requests in 1.00s, 0.94MB read
+  Socket errors: connect 0, read 3, write 0, timeout 4
+  Non-2xx or 3xx responses: 1900
+Requests/sec:   1899.62
+Transfer/sec:      0.94MB
+"""
+
+
+def test_wrk_report_figures_in_their_units() -> None:
+    result = parse_report(REPORT)
+    assert result.requests == 1900
+    assert result.requests_per_s == pytest.approx(1899.62)
+    assert result.p50_ms == pytest.approx(0.615)
+    assert result.p99_ms == pytest.approx(1200.0)
+    assert result.errors == 1900 + 3 + 4
+
+
+def test_wrk_report_without_latency_says_what_is_missing() -> None:
+    without = "\n".join(line for line in REPORT.splitlines() if "%  " not in line)
+    with pytest.raises(WrkReportError, match=r"50% latency.*--latency"):
+        parse_report(without)
+    with pytest.raises(WrkReportError, match="Requests/sec"):
+        parse_report(REPORT.replace("Requests/sec", "Req"))
+
+
+def test_paired_ratios_pair_by_repetition() -> None:
+    assert paired_ratios([100.0, 50.0], [90.0, 50.0]) == [0.9, 1.0]
+    with pytest.raises(ValueError, match="equal, non-empty"):
+        paired_ratios([1.0], [1.0, 2.0])
+
+
+class Worked:
+    """Functions for the stage timers to hook."""
+
+    def outer(self, inner_s: float, own_s: float) -> str:
+        spin(own_s)
+        inner(inner_s)
+        return "outer's own result"
+
+
+class Derived(Worked):
+    pass
+
+
+def spin(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def inner(seconds: float) -> None:
+    spin(seconds)
+
+
+def test_stage_timers_count_each_stage_once_and_put_everything_back() -> None:
+    original_outer, original_inner = Worked.outer, inner
+    hooks = (
+        Hook("outer", __name__, "Derived.outer"),  # inherited: removed again on exit
+        Hook("inner", __name__, "inner"),
+        Hook("gone", __name__, "Worked.renamed"),
+        Hook("no module", "tests.no_such_module", "f"),
+    )
+    with StageTimers(hooks) as timers:
+        assert Derived().outer(0.06, 0.03) == "outer's own result"
+        other = threading.Thread(target=globals()["inner"], args=(0.02,), name="other")
+        other.start()
+        other.join()
+        taken = timers.take()
+        assert timers.take() == {}
+    me = threading.current_thread().name
+    assert taken[("outer", me)] == pytest.approx(0.03e9, rel=0.3)  # without inner's time
+    assert taken[("inner", me)] == pytest.approx(0.06e9, rel=0.3)
+    assert taken[("inner", "other")] == pytest.approx(0.02e9, rel=0.3)
+    assert timers.missing == list(hooks[2:])
+    assert "outer" not in vars(Derived)
+    assert Worked.outer is original_outer
+    assert globals()["inner"] is original_inner
+
+
+@pytest.fixture(scope="module")
+def wheel_cache() -> Path:
+    cache = Path(os.environ.get("OTEL_ORT_WHEEL_CACHE", "/tmp/otel-ort-wheels"))
+    try:
+        for served in SERVED_MODELS.values():
+            fetch(served.source, cache)
+    except RuntimeError as exc:
+        pytest.skip(f"the rapidocr wheel could not be downloaded: {exc}")
+    return cache
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("key", sorted(SERVED_MODELS))
+def test_served_model_is_the_wheel_model_on_rows(key: str, wheel_cache: Path) -> None:
+    served = SERVED_MODELS[key]
+    rows = np.asarray(json.loads(request_body(served))["inputs"], dtype=np.float32)
+    flat = ort.InferenceSession(str(flat_model(served, wheel_cache)))
+    (got,) = flat.run(None, {flat.get_inputs()[0].name: rows})
+    wheel = ort.InferenceSession(str(fetch(served.source, wheel_cache)))
+    (expected,) = wheel.run(None, {"x": rows.reshape(served.source.shape)})
+    if served.decode:
+        expected = expected.argmax(axis=2)
+    assert got.ndim == 2  # what the example's response can carry
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.e2e
+def test_sink_process_counts_what_each_receiver_took() -> None:
+    with SinkProcess(2) as sink:
+        telemetry = otel_ort.configure(
+            endpoint=sink.endpoints[1], metrics_export=False, set_global=False
+        )
+        tracer = telemetry.tracer_provider.get_tracer("test")
+        for name in ("onnxruntime.run", "onnxruntime.run", "other"):
+            tracer.start_span(name).end()
+        telemetry.shutdown()
+        deadline = time.monotonic() + 10
+        while (received := sink.received())[1].spans < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert received[0].spans == 0
+    assert (received[1].spans, received[1].run_spans) == (3, 2)
+
+
+class _Predict(BaseHTTPRequestHandler):
+    bodies: ClassVar[list[bytes]] = []
+    status = 200
+
+    def do_POST(self) -> None:
+        self.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+        self.send_response(self.status)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """wrk drops its connections mid-request when its time is up: not an error here."""
+
+
+@pytest.fixture
+def predict_server() -> Iterator[ThreadingHTTPServer]:
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is not installed (`make bench` installs it: apt-get install wrk)")
+    _Predict.bodies, _Predict.status = [], 200
+    server = _QuietServer(("127.0.0.1", 0), _Predict)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("status", [200, 500])
+def test_wrk_posts_the_body_and_counts_failures(
+    status: int, predict_server: ThreadingHTTPServer, tmp_path: Path
+) -> None:
+    _Predict.status = status
+    body = tmp_path / "body.json"
+    body.write_bytes(b'{"inputs": [[0.5, 0.25]]}')
+    script = tmp_path / "post.lua"
+    script.write_text(post_script(body))
+    url = f"http://127.0.0.1:{predict_server.server_address[1]}/predict"
+    result = run_wrk(url, script, seconds=1, threads=1, connections=2)
+    assert result.requests > 0 and result.requests_per_s > 0
+    assert 0 < result.p50_ms <= result.p99_ms
+    assert set(_Predict.bodies) == {body.read_bytes()}
+    assert result.errors == (0 if status == 200 else result.requests)
