@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from otel_ort.profiling.store import DEFAULT_MAX_FILES
-from otel_ort.spans import DEFAULT_MAX_NODE_SPANS
+from otel_ort.spans import DEFAULT_MAX_NODE_SPANS, DEFAULT_MAX_TRACE_BYTES
 from otel_ort.tables import printable
 from otel_ort.version import __version__
 
@@ -111,6 +111,14 @@ def _main(argv: list[str] | None) -> int:
         help=f"node and kernel spans per run at most (default {DEFAULT_MAX_NODE_SPANS}); "
         "the rest are summarised on the run span",
     )
+    convert.add_argument(
+        "--max-trace-bytes",
+        type=_at_least(0),
+        default=DEFAULT_MAX_TRACE_BYTES,
+        help=f"bytes of node and kernel spans per run at most, as OTLP protobuf (default "
+        f"{DEFAULT_MAX_TRACE_BYTES:,}, under Grafana Tempo's default 5,000,000 per trace); "
+        "the longest nodes are kept, the rest summarised on the run span",
+    )
 
     summary = commands.add_parser("summary", help="tables of where a profile's time went")
     summary.add_argument("profile", metavar="PROFILE.json")
@@ -181,6 +189,7 @@ def _convert(args: argparse.Namespace) -> int:
         console=args.console or not (args.otlp_endpoint or args.output),
         output=args.output,
         max_node_spans=args.max_node_spans,
+        max_trace_bytes=args.max_trace_bytes,
     )
     failed = convert_files(args.profiles, options)
     return 1 if failed else 0

@@ -17,7 +17,7 @@ from typing import TextIO
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext, TraceFlags
 from opentelemetry.util.types import AttributeValue
@@ -26,16 +26,14 @@ from otel_ort import semconv
 from otel_ort.console import render_span_tree
 from otel_ort.delivery import SpanDelivery
 from otel_ort.export import OtlpJsonFileSpanExporter
+from otel_ort.otlp_encoding import JsonSpans, ProtobufSpans
+from otel_ort.otlp_transport import encoded_span_exporter
 from otel_ort.perf.tracks import counters
-from otel_ort.pipeline import (
-    CountingSpanExporter,
-    Endpoint,
-    delivery_report,
-    otlp_span_exporter,
-)
+from otel_ort.pipeline import CountingSpanExporter, Endpoint, delivery_report
+from otel_ort.profile_export import ProfileExportProcessor
 from otel_ort.profiling import Profile, ProfileError, read_profile
 from otel_ort.profiling.enriched import other_data, run_ids
-from otel_ort.spans import DEFAULT_MAX_NODE_SPANS, SpanBuilder
+from otel_ort.spans import DEFAULT_MAX_NODE_SPANS, DEFAULT_MAX_TRACE_BYTES, SpanBuilder
 from otel_ort.tables import printable
 
 
@@ -47,6 +45,7 @@ class ConvertOptions:
     console: bool = False
     output: str | None = None
     max_node_spans: int = DEFAULT_MAX_NODE_SPANS
+    max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES
 
 
 def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | None = None) -> int:
@@ -56,12 +55,13 @@ def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | N
     service = options.service_name or os.environ.get("OTEL_SERVICE_NAME") or "onnxruntime"
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     memory = InMemorySpanExporter() if options.console else None
-    exporters: list[SpanExporter] = [memory] if memory is not None else []
+    if memory is not None:  # the console renders SDK spans
+        provider.add_span_processor(BatchSpanProcessor(memory))
     file = None
-    if options.output:
+    if options.output:  # profile spans encoded straight to OTLP/JSON
         try:
             file = OtlpJsonFileSpanExporter(options.output)
-            exporters.append(file)
+            provider.add_span_processor(ProfileExportProcessor(file, JsonSpans()))
         except OSError as exc:
             print(
                 f"otel-ort convert: cannot write {options.output} ({exc.strerror or exc}): "
@@ -70,13 +70,11 @@ def convert_files(paths: Sequence[str], options: ConvertOptions, out: TextIO | N
             )
             return 1
     otlp = None
-    if options.otlp_endpoint:
-        inner = otlp_span_exporter(options.protocol, options.otlp_endpoint)
+    if options.otlp_endpoint:  # and to OTLP protobuf, sent through the SDK's exporter
+        inner = encoded_span_exporter(options.protocol, options.otlp_endpoint)
         otlp = CountingSpanExporter(inner, Endpoint(options.otlp_endpoint, pause_s=0.0))
-        exporters.append(otlp)
-    for exporter in exporters:
-        provider.add_span_processor(BatchSpanProcessor(exporter))
-    builder = SpanBuilder(provider, options.max_node_spans)
+        provider.add_span_processor(ProfileExportProcessor(otlp, ProtobufSpans()))
+    builder = SpanBuilder(provider, options.max_node_spans, options.max_trace_bytes)
     delivery = SpanDelivery(provider)
     failed = traces = spans = 0
     for number, path in enumerate(paths, start=1):
@@ -115,7 +113,7 @@ def _send(
 ) -> int:
     """Deliver the span trees of ``profile``'s runs (with the perf counts of a file otel-ort
     kept) and say what was sent; how many spans were handed to the span processors."""
-    nodes = dropped = handed = not_emitted = kernels_not_emitted = linked = 0
+    nodes = dropped = handed = not_emitted = over_bytes = kernels_not_emitted = linked = 0
     found = counters(profile.events)
     ids = run_ids(profile.events, profile.runs, other_data(profile.path))
     for run, (trace_id, span_id) in zip(profile.runs, ids, strict=True):
@@ -125,12 +123,15 @@ def _send(
         ]
         link = _traced_run(trace_id, span_id)
         linked += link is not None
-        spans = builder.run_tree(profile, run, node_extra=counts, link=link)
-        dropped += delivery.deliver(spans)
-        handed += len(spans)
+        drafts = builder.run_drafts(profile, run, node_extra=counts, link=link)
+        dropped += delivery.deliver_drafts(drafts)
+        handed += len(drafts)
         nodes += len(run.nodes)
-        summary = spans[-1].attributes or {}  # run_tree puts the run span last
-        not_emitted += _count(summary, semconv.RUN_NODES_NOT_EMITTED)
+        summary = drafts[-1].attributes  # run_drafts puts the run span last
+        if summary.get(semconv.RUN_NOT_EMITTED_LIMIT) == "max_trace_bytes":
+            over_bytes += _count(summary, semconv.RUN_NODES_NOT_EMITTED)
+        else:
+            not_emitted += _count(summary, semconv.RUN_NODES_NOT_EMITTED)
         kernels_not_emitted += _count(summary, semconv.RUN_KERNELS_NOT_EMITTED)
     notes = [f"time base from {profile.start_source}"]
     if linked:
@@ -144,6 +145,8 @@ def _send(
         notes.append("TRUNCATED file: complete events only")
     if not_emitted:
         notes.append(f"{not_emitted} nodes over --max-node-spans summarised on run spans")
+    if over_bytes:
+        notes.append(f"{over_bytes} nodes over --max-trace-bytes summarised on run spans")
     if kernels_not_emitted:
         notes.append(f"{kernels_not_emitted} kernels of those nodes not emitted")
     if dropped:

@@ -14,6 +14,11 @@ OTEL_ORT_PROFILE_MAX_FILES = "OTEL_ORT_PROFILE_MAX_FILES"
 OTEL_ORT_PROFILE_MAX_BYTES = "OTEL_ORT_PROFILE_MAX_BYTES"
 """Keep at most this many bytes of profile files in the directory; the oldest are deleted."""
 
+OTEL_ORT_PROFILE_MAX_TRACE_BYTES = "OTEL_ORT_PROFILE_MAX_TRACE_BYTES"
+"""At most this many bytes (as OTLP protobuf) of node and kernel spans per profiled run, by
+default 4,000,000 (Grafana Tempo refuses traces over 5,000,000 bytes by default); the longest
+nodes are kept, the rest summarised on the run span."""
+
 OTEL_ORT_PROFILE_MODE = "OTEL_ORT_PROFILE_MODE"
 """``on`` (the default: selected runs are profiled) or ``off`` (runs are traced, none is
 profiled)."""

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import os
 import threading
 from collections.abc import Sequence
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_ort.forking import renew_locks_in_child
-
-_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+from otel_ort.otlp_encoding import JsonSpans
+from otel_ort.otlp_transport import Encoded
+from otel_ort.span_draft import draft_of
 
 
 class OtlpJsonFileSpanExporter(SpanExporter):
@@ -25,6 +22,8 @@ class OtlpJsonFileSpanExporter(SpanExporter):
 
     The format is the OpenTelemetry Collector's ``file`` exporter's and the one its
     ``otlpjsonfile`` receiver reads back: ids in hex, enums as integers, camelCase keys.
+    Profile spans come already encoded (``export_encoded``, from
+    :class:`otel_ort.profile_export.ProfileExportProcessor` with :class:`JsonSpans`).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -35,24 +34,30 @@ class OtlpJsonFileSpanExporter(SpanExporter):
         """Why the last of them could not."""
         self._lock = threading.Lock()
         renew_locks_in_child(self, "_lock")
+        self._encoding = JsonSpans()
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        request = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
-        for resource_spans in request.get("resourceSpans", ()):
-            for scope_spans in resource_spans.get("scopeSpans", ()):
-                for span in scope_spans.get("spans", ()):
-                    _ids_to_hex(span)
-                    for link in span.get("links", ()):
-                        _ids_to_hex(link)
-        line = (json.dumps(request, separators=(",", ":")) + "\n").encode()
+        groups: dict[tuple[int, int], tuple[Any, Any, list[bytes]]] = {}
+        with self._lock:  # the encoding's attribute cache is not shared between threads
+            for span in spans:
+                key = (id(span.resource), id(span.instrumentation_scope))
+                entry = groups.setdefault(key, (span.resource, span.instrumentation_scope, []))
+                entry[2].append(self._encoding.span(draft_of(span)))
+            line = self._encoding.request(
+                [(resource, scope, b",".join(parts)) for resource, scope, parts in groups.values()]
+            )
+        return self.export_encoded(Encoded(line, len(spans)))
+
+    def export_encoded(self, batch: Encoded) -> SpanExportResult:
+        """Append one OTLP/JSON line (newline included) of ``batch.spans`` spans."""
         with self._lock:
             try:
                 if self._fd is None:
                     raise OSError("the file was closed at shutdown")
-                _append(self._fd, line)
+                _append(self._fd, batch.request)
             except OSError as exc:  # a full disk, say: counted, and the exporter goes on
-                self.failed += len(spans)
+                self.failed += batch.spans
                 self.problem = str(exc)
                 return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
@@ -76,14 +81,3 @@ def _append(fd: int, line: bytes) -> None:
         with contextlib.suppress(OSError):
             os.ftruncate(fd, start)
         raise
-
-
-def _ids_to_hex(item: dict[str, Any]) -> None:
-    # protobuf's JSON mapping writes bytes as base64; OTLP/JSON wants lowercase hex
-    for field in _ID_FIELDS:
-        if field in item:
-            item[field] = _base64_to_hex(item[field])
-
-
-def _base64_to_hex(value: str) -> str:
-    return base64.b64decode(value).hex()

@@ -26,6 +26,7 @@ from otel_ort.profiling.store import (
     prepare_dir,
 )
 from otel_ort.sampling import Never, ProfileSampler, parse_sampler
+from otel_ort.spans import DEFAULT_MAX_TRACE_BYTES
 
 _logger = logging.getLogger("otel_ort")
 
@@ -62,6 +63,8 @@ class ProfilingOptions:
     """``None``: the default directory, created on the first profiled run."""
     max_files: int = DEFAULT_MAX_FILES
     max_bytes: int = DEFAULT_MAX_BYTES
+    max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES
+    """Bytes of node and kernel spans per profiled run, as OTLP protobuf."""
     mode: str = "on"
     perf: PerfOptions | None = field(default_factory=lambda: PerfOptions())  # noqa: PLW0108
     """``None``: no perf counters."""
@@ -137,6 +140,7 @@ def _profiling_options(kwargs: Mapping[str, Any]) -> ProfilingOptions:
     directory = parsed("profile_dir", _directory if mode != "off" and not bad else _path)
     max_files = parsed("profile_max_files", _positive) or DEFAULT_MAX_FILES
     max_bytes = parsed("profile_max_bytes", _positive) or DEFAULT_MAX_BYTES
+    max_trace_bytes = parsed("profile_max_trace_bytes", _positive) or DEFAULT_MAX_TRACE_BYTES
     try:
         perf = perf_options(kwargs)
     except SettingError as exc:
@@ -148,6 +152,7 @@ def _profiling_options(kwargs: Mapping[str, Any]) -> ProfilingOptions:
         directory=directory,
         max_files=max_files,
         max_bytes=max_bytes,
+        max_trace_bytes=max_trace_bytes,
         mode=mode,
         perf=perf,
     )
@@ -178,6 +183,7 @@ _VARIABLES = {  # the profile_* and perf_* options, and the variable each falls 
     "profile_dir": env.OTEL_ORT_PROFILE_DIR,
     "profile_max_files": env.OTEL_ORT_PROFILE_MAX_FILES,
     "profile_max_bytes": env.OTEL_ORT_PROFILE_MAX_BYTES,
+    "profile_max_trace_bytes": env.OTEL_ORT_PROFILE_MAX_TRACE_BYTES,
     "profile_mode": env.OTEL_ORT_PROFILE_MODE,
     "perf_events": env.OTEL_ORT_PERF_EVENTS,
     "perf_period_ns": env.OTEL_ORT_PERF_PERIOD_NS,

@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, cast
@@ -48,7 +48,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from otel_ort import semconv
 from otel_ort.bounded import call_within, seconds_left
 from otel_ort.forking import after_fork_in_child, renew_locks_in_child
-from otel_ort.spans import PROFILE_SCOPE_NAME
+from otel_ort.otlp_encoding import ProtobufSpans
+from otel_ort.otlp_transport import Encoded, EncodedExport, encoded_span_exporter
+from otel_ort.profile_export import ProfileExportProcessor
 from otel_ort.tables import plural
 from otel_ort.version import __version__
 
@@ -195,32 +197,41 @@ class CountingSpanExporter(SpanExporter):
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return self._counted(len(spans), partial(self.inner.export, spans))
+
+    def export_encoded(self, batch: Encoded) -> SpanExportResult:
+        """An encoded request (profile spans: :mod:`otel_ort.profile_export`), counted alike."""
+        return self._counted(
+            batch.spans, partial(cast(EncodedExport, self.inner).export_encoded, batch)
+        )
+
+    def _counted(self, spans: int, send: Callable[[], SpanExportResult]) -> SpanExportResult:
         target = self._endpoint.target
         if not self._endpoint.should_try():
             return self._lost(spans, f"{target} failed moments ago (not retried yet)")
         with self._lock:
-            self._in_flight += len(spans)
+            self._in_flight += spans
             abandoned = self._abandoned
         try:
-            result = self.inner.export(spans)
+            result = send()
         except Exception as exc:  # an exporter bug must not escape the batch thread uncounted
             result, why = SpanExportResult.FAILURE, f"exporting to {target} raised {exc!r}"
         else:
             why = f"the export to {target} failed (the exporter's log says why)"
         with self._lock:
-            self._in_flight -= len(spans)
+            self._in_flight -= spans
             if abandoned != self._abandoned:  # counted lost by abandon_in_flight
                 return result
         self._endpoint.answered(result is SpanExportResult.SUCCESS)
         if result is not SpanExportResult.SUCCESS:
             return self._lost(spans, why)
-        self.sent += len(spans)
+        self.sent += spans
         return result
 
-    def _lost(self, spans: Sequence[ReadableSpan], why: str) -> SpanExportResult:
-        self.failed += len(spans)
+    def _lost(self, spans: int, why: str) -> SpanExportResult:
+        self.failed += spans
         if self._drops is not None:
-            self._drops.add(self._stream, "export_failed", len(spans), why)
+            self._drops.add(self._stream, "export_failed", spans, why)
         return SpanExportResult.FAILURE
 
     def abandon_in_flight(self) -> int:
@@ -368,33 +379,6 @@ class RequestSpanProcessor(_CountingBatchProcessor):
             self._queue(span)
 
 
-class ProfileSpanProcessor(_CountingBatchProcessor):
-    """A batch processor of its own for profile spans, which the tracer's spans bypass."""
-
-    stream = "profiles"
-    queue_fix = "raise configure()'s profile_queue_size"
-
-    def __init__(
-        self, exporter: SpanExporter, drops: DropCounter, batching: Batching, queue_size: int
-    ) -> None:
-        super().__init__(
-            exporter,
-            drops,
-            max_queue_size=queue_size,
-            max_export_batch_size=min(batching.batch_size, queue_size),
-            schedule_delay_millis=batching.delay_ms,
-        )
-
-    def on_end(self, span: ReadableSpan) -> None:
-        self.take_profile_span(span)
-
-    def take_profile_span(self, span: ReadableSpan) -> bool:
-        """Queue a profile span (others are the request processor's), or count it dropped;
-        whether it was queued (``SpanDelivery`` hands spans here with back-pressure)."""
-        scope = span.instrumentation_scope
-        return scope is not None and scope.name == PROFILE_SCOPE_NAME and self._queue(span)
-
-
 @dataclass(frozen=True)
 class Batching:
     """The ``OTEL_BSP_*`` settings of the batch processors (the profile queue has its own size)."""
@@ -484,7 +468,7 @@ class Telemetry:
     endpoints: Sequence[Endpoint] = ()
     """One per exporter: a signal or stream that fails pauses only its own exports (at
     shutdown, a target found down is given up by every exporter sending to it)."""
-    processors: Sequence[_CountingBatchProcessor] = ()
+    processors: Sequence[_CountingBatchProcessor | ProfileExportProcessor] = ()
     """The span processors of the exporters, shut down within ``shutdown``'s timeout."""
     _shut_down: bool = False
 
@@ -540,7 +524,9 @@ class Telemetry:
             endpoint.give_up(endpoint.target in down)
 
 
-def _shut_down_by(processor: _CountingBatchProcessor, deadline: float) -> None:
+def _shut_down_by(
+    processor: _CountingBatchProcessor | ProfileExportProcessor, deadline: float
+) -> None:
     processor.shutdown(_millis_left(deadline))  # the time left when it starts
 
 
@@ -599,15 +585,26 @@ def configure(
     endpoints: list[Endpoint] = []
     drops = DropCounter()
     tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-    processors: list[_CountingBatchProcessor] = []
+    processors: list[_CountingBatchProcessor | ProfileExportProcessor] = []
     for stream in ("requests", "profiles") if traces_export else ():
-        inner = _otlp_exporter("traces", chosen, endpoint, header_dict, insecure)
+        inner = (  # profile spans go out encoded by otel-ort, through the SDK's transport
+            _otlp_exporter("traces", chosen, endpoint, header_dict, insecure)
+            if stream == "requests"
+            else encoded_span_exporter(chosen, endpoint, header_dict, insecure)
+        )
         endpoints.append(Endpoint(target))
         exporter = CountingSpanExporter(cast(SpanExporter, inner), endpoints[-1], drops, stream)
         processors.append(
             RequestSpanProcessor(exporter, drops, batching)
             if stream == "requests"
-            else ProfileSpanProcessor(exporter, drops, batching, profile_queue_size)
+            else ProfileExportProcessor(
+                exporter,
+                ProtobufSpans(),
+                drops,
+                queue_size=profile_queue_size,
+                batch_size=batching.batch_size,
+                delay_ms=batching.delay_ms,
+            )
         )
         tracer_provider.add_span_processor(processors[-1])
     readers = list(metric_readers)

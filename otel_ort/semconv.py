@@ -74,6 +74,11 @@ RUN_NOT_EMITTED_OP_TYPES: Final = "onnxruntime.run.not_emitted.op_types"
 RUN_NOT_EMITTED_COUNTS: Final = "onnxruntime.run.not_emitted.counts"
 RUN_NOT_EMITTED_DURATIONS_US: Final = "onnxruntime.run.not_emitted.durations_us"
 RUN_KERNELS_NOT_EMITTED: Final = "onnxruntime.run.kernels_not_emitted"
+RUN_NOT_EMITTED_LIMIT: Final = "onnxruntime.run.not_emitted.limit"
+"""Which limit left spans out first: ``max_node_spans`` or ``max_trace_bytes``."""
+RUN_EMITTED_BYTES: Final = "onnxruntime.run.emitted_bytes"
+"""Bytes of the node and kernel spans emitted, as OTLP protobuf (``max_trace_bytes`` bounds
+them); set with ``RUN_NOT_EMITTED_LIMIT``."""
 RUN_UNMATCHED_KERNELS: Final = "onnxruntime.run.unmatched_kernels"
 
 # Node spans (one per Node event of a profiled run)

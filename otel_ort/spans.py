@@ -1,11 +1,13 @@
-"""A read profile → finished spans: run → node → kernel, built directly as ``ReadableSpan``.
+"""A read profile → finished spans: run → node → kernel, built directly as span drafts.
 
 The SDK's ``start_span``/``end`` costs tens of microseconds per span (sampler, context,
 attribute validation, locks); a profile of thousands of nodes would cost a second of CPU.
 Profile spans are already finished when they are known, so they are built here as
-``ReadableSpan`` objects with the TracerProvider's resource, ids from its id generator, and
-attributes that are valid by construction, then handed to its span processors by
-:mod:`otel_ort.delivery`. Span processors' ``on_start`` is not called for them.
+:class:`~otel_ort.span_draft.SpanDraft` objects with the TracerProvider's resource, ids from
+its id generator, and attributes that are valid by construction. :mod:`otel_ort.delivery`
+hands them to its span processors: otel-ort's OTLP processors encode them straight to bytes
+(:mod:`otel_ort.otlp_encoding`), the others get ``ReadableSpan``s. Span processors'
+``on_start`` is not called for them.
 
 The provider's span limits apply (``OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT``,
 ``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``), as to its own spans; names from the profile are clipped
@@ -18,10 +20,13 @@ the launching node's CPU window; the node's own duration stays in
 ``onnxruntime.node.duration_us``); a run span covers all its children. So every child lies
 inside its parent.
 
-At most ``max_node_spans`` node and kernel spans per run: the longest nodes are kept with
-their kernels, then the longest unmatched kernels; the other nodes are summarised per op type
-on the run span (``onnxruntime.run.not_emitted.*``), and the kernels left out counted
-(``onnxruntime.run.kernels_not_emitted``).
+Per run, at most ``max_node_spans`` node and kernel spans, and at most ``max_trace_bytes``
+bytes of them as OTLP protobuf (each span's exact encoded size, framing included): the
+longest nodes are kept with their kernels, then the longest unmatched kernels, while both
+limits allow; the other nodes are summarised per op type on the run span
+(``onnxruntime.run.not_emitted.*``), the kernels left out counted
+(``onnxruntime.run.kernels_not_emitted``), and the limit that left spans out first named
+(``onnxruntime.run.not_emitted.limit``).
 """
 
 from __future__ import annotations
@@ -33,40 +38,54 @@ from typing import Any
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace import Link, SpanContext
 from opentelemetry.util.types import AttributeValue
 
 from otel_ort import semconv
 from otel_ort.gc_pause import gc_paused
+from otel_ort.otlp_encoding import ProtobufSpans
 from otel_ort.profiling.model import KernelRecord, NodeRecord, Profile, RunRecord, holders
+from otel_ort.span_draft import SpanDraft, readable
 from otel_ort.text_limits import clip
 from otel_ort.version import __version__
 
 DEFAULT_MAX_NODE_SPANS = 10_000
 """Jaeger's UI slows down near 40k spans per trace and its default query returns 10k."""
+DEFAULT_MAX_TRACE_BYTES = 4_000_000
+"""Grafana Tempo refuses traces over 5,000,000 bytes by default (``max_bytes_per_trace``):
+this leaves a megabyte for the run span, the request's own spans and the requests' framing."""
 
-_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 PROFILE_SCOPE_NAME = "otel_ort.profile"
 """The instrumentation scope of node and kernel spans (export pipelines route by it)."""
 _SCOPE = InstrumentationScope(PROFILE_SCOPE_NAME, __version__)
 _SIZE_ARGS = ("output_size", "activation_size", "parameter_size")
 _MAX_SHAPES = 16
+_UNIQUE_KEYS = (semconv.NODE_NAME, semconv.NODE_INDEX, semconv.NODE_DURATION_US)
+"""Attributes whose values rarely repeat: not worth caching their encoding."""
+_LIMIT_SPANS, _LIMIT_BYTES = "max_node_spans", "max_trace_bytes"
 
 
 class SpanBuilder:
     """Builds span trees from profiles for one TracerProvider."""
 
     def __init__(
-        self, tracer_provider: TracerProvider, max_node_spans: int = DEFAULT_MAX_NODE_SPANS
+        self,
+        tracer_provider: TracerProvider,
+        max_node_spans: int = DEFAULT_MAX_NODE_SPANS,
+        max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES,
     ) -> None:
         if max_node_spans < 0:
             raise ValueError(f"max_node_spans must be >= 0, got {max_node_spans}")
+        if max_trace_bytes < 0:
+            raise ValueError(f"max_trace_bytes must be >= 0, got {max_trace_bytes}")
         self._resource = tracer_provider.resource
         self._ids = tracer_provider.id_generator
         limits = tracer_provider._span_limits
         self._max_attributes = limits.max_span_attributes
         self._max_length = limits.max_span_attribute_length
         self.max_node_spans = max_node_spans
+        self.max_trace_bytes = max_trace_bytes
+        self._encoder = ProtobufSpans(_UNIQUE_KEYS)
 
     def run_tree(
         self,
@@ -77,16 +96,31 @@ class SpanBuilder:
         node_extra: Sequence[Mapping[str, AttributeValue]] = (),
         link: SpanContext | None = None,
     ) -> list[ReadableSpan]:
+        """:meth:`run_drafts` as the SDK's finished spans."""
+        return [
+            readable(draft)
+            for draft in self.run_drafts(profile, run, parent, run_extra, node_extra, link)
+        ]
+
+    def run_drafts(
+        self,
+        profile: Profile,
+        run: RunRecord,
+        parent: SpanContext | None = None,
+        run_extra: Mapping[str, AttributeValue] | None = None,
+        node_extra: Sequence[Mapping[str, AttributeValue]] = (),
+        link: SpanContext | None = None,
+    ) -> list[SpanDraft]:
         """A run span (child of ``parent``, else the root of a new trace) and its subtree;
         children first, the run span last. ``run_extra``, ``node_extra``: more attributes
-        for the run span and per node (as in :meth:`node_spans`), such as perf counts;
+        for the run span and per node (as in :meth:`node_drafts`), such as perf counts;
         ``link``: a span the run span links to."""
         trace_id = parent.trace_id if parent is not None else self._ids.generate_trace_id()
-        run_context = SpanContext(trace_id, self._ids.generate_span_id(), False, _SAMPLED)
-        spans, summary = self.node_spans(profile, run, run_context, node_extra)
+        run_id = self._ids.generate_span_id()
+        drafts, summary = self.node_drafts(profile, run, trace_id, run_id, node_extra)
         base = profile.start_ns
-        start = min([base + int(run.ts * 1000)] + [span.start_time or 0 for span in spans])
-        end = max([base + int(run.end * 1000)] + [span.end_time or 0 for span in spans])
+        start = min([base + int(run.ts * 1000)] + [draft.start for draft in drafts])
+        end = max([base + int(run.end * 1000)] + [draft.end for draft in drafts])
         run_attributes: dict[str, AttributeValue] = {
             semconv.RUN_PROFILED: True,
             semconv.PROFILE_FILE: profile.path,
@@ -99,147 +133,222 @@ class SpanBuilder:
             run_attributes[semconv.PROFILE_TRUNCATED] = True
         if not run.complete:
             run_attributes[semconv.RUN_COMPLETE] = False
-        run_span = self._span(
+        run_draft = self._draft(
             semconv.SPAN_RUN,
-            run_context,
-            parent,
+            trace_id,
+            parent.span_id if parent is not None else 0,
             run_attributes,
             start,
             end,
-            links=(Link(link),) if link is not None else (),
         )
-        spans.append(run_span)
-        return spans
+        run_draft.span_id = run_id
+        run_draft.parent_remote = parent is not None and parent.is_remote
+        if link is not None:
+            run_draft.links = (Link(link),)
+        drafts.append(run_draft)
+        return drafts
 
-    def node_spans(
+    def node_drafts(
         self,
         profile: Profile,
         run: RunRecord,
-        parent: SpanContext,
+        trace_id: int,
+        parent_id: int,
         extra: Sequence[Mapping[str, AttributeValue]] = (),
-    ) -> tuple[list[ReadableSpan], dict[str, AttributeValue]]:
-        """Node and kernel spans under ``parent``, and the run-level summary attributes.
-        ``extra``: more attributes per node (in ``run.nodes`` order), such as perf counts."""
+    ) -> tuple[list[SpanDraft], dict[str, AttributeValue]]:
+        """Node and kernel spans under the span ``parent_id`` of trace ``trace_id``, and the
+        run-level summary attributes. ``extra``: more attributes per node (in ``run.nodes``
+        order), such as perf counts."""
         with gc_paused():
-            return self._node_spans(profile, run, parent, extra)
+            return self._node_drafts(profile, run, trace_id, parent_id, extra)
 
-    def _node_spans(
+    def _node_drafts(
         self,
         profile: Profile,
         run: RunRecord,
-        parent: SpanContext,
+        trace_id: int,
+        parent_id: int,
         extra: Sequence[Mapping[str, AttributeValue]],
-    ) -> tuple[list[ReadableSpan], dict[str, AttributeValue]]:
+    ) -> tuple[list[SpanDraft], dict[str, AttributeValue]]:
         nodes = run.nodes
-        emitted, left_out, unmatched = self._select(nodes, run.unmatched_kernels)
-        more = {id(node): attributes for node, attributes in zip(nodes, extra, strict=False)}
         base = profile.start_ns
-        trace_id = parent.trace_id
+        measure = self._encoder.measure
+        node_drafts: list[SpanDraft] = []
+        kernel_drafts: list[list[SpanDraft]] = []
+        sizes: list[int] = []
+        for at, node in enumerate(nodes):
+            attributes = _node_attributes(node)
+            if at < len(extra):
+                attributes.update(extra[at])
+            name = clip(node.name)
+            draft = self._draft(
+                name,
+                trace_id,
+                parent_id,
+                attributes,
+                base + int(node.ts * 1000),
+                base + int(node.end * 1000),
+            )
+            kernels = [
+                self._kernel_draft(k, trace_id, _PLACEHOLDER, base, False) for k in node.kernels
+            ]
+            node_drafts.append(draft)
+            kernel_drafts.append(kernels)
+            sizes.append(measure(draft) + sum(measure(kernel) for kernel in kernels))
+        unmatched = [
+            self._kernel_draft(kernel, trace_id, parent_id, base, True)
+            for kernel in run.unmatched_kernels
+        ]
+        unmatched_sizes = [measure(kernel) for kernel in unmatched]
+        selection = self._select(nodes, sizes, run.unmatched_kernels, unmatched_sizes)
+        shown_unmatched = [unmatched[at] for at in selection.unmatched]
+        emitted = selection.nodes
         new_id = self._ids.generate_span_id
-        contexts = {at: SpanContext(trace_id, new_id(), False, _SAMPLED) for at in emitted}
-        held_by = _emitted_holders(holders(nodes), contexts)
-        spans: list[ReadableSpan] = []
-        extents: dict[int, list[int]] = {}
+        ids = {at: new_id() for at in emitted}
+        held_by = _emitted_holders(holders(nodes), ids)
+        drafts: list[SpanDraft] = []
         for at in emitted:
-            node = nodes[at]
-            extent = extents[at] = [base + int(node.ts * 1000), base + int(node.end * 1000)]
-            for kernel in node.kernels:
-                kernel_span = self._kernel_span(kernel, trace_id, contexts[at], base, False)
-                spans.append(kernel_span)
-                extent[0] = min(extent[0], kernel_span.start_time or extent[0])
-                extent[1] = max(extent[1], kernel_span.end_time or extent[1])
+            draft = node_drafts[at]
+            draft.span_id = ids[at]
+            for kernel in kernel_drafts[at]:
+                kernel.span_id, kernel.parent_id = new_id(), draft.span_id
+                drafts.append(kernel)
+                draft.start = min(draft.start, kernel.start)
+                draft.end = max(draft.end, kernel.end)
         for at in sorted(emitted, key=lambda at: -_depth(at, held_by)):  # held ones first
             holder = held_by[at]
             if holder is not None:  # a holder's span holds its nodes' spans
-                extents[holder][0] = min(extents[holder][0], extents[at][0])
-                extents[holder][1] = max(extents[holder][1], extents[at][1])
+                held, holding = node_drafts[at], node_drafts[holder]
+                holding.start = min(holding.start, held.start)
+                holding.end = max(holding.end, held.end)
         for at in emitted:
-            node, holder = nodes[at], held_by[at]
-            attributes = _node_attributes(node)
-            attributes.update(more.get(id(node), {}))
-            above = parent if holder is None else contexts[holder]
-            start, end = extents[at]
-            spans.append(self._span(clip(node.name), contexts[at], above, attributes, start, end))
-        for kernel in unmatched:
-            spans.append(self._kernel_span(kernel, trace_id, parent, base, True))
-        summary: dict[str, AttributeValue] = {
-            semconv.RUN_NODE_COUNT: len(nodes),
-            semconv.RUN_NODES_NOT_EMITTED: len(left_out),
-        }
-        if run.unmatched_kernels:
-            summary[semconv.RUN_UNMATCHED_KERNELS] = len(run.unmatched_kernels)
-        if left_out:
-            summary.update(_left_out_summary(left_out))
-        kernels = sum(len(node.kernels) for node in left_out)
-        kernels += len(run.unmatched_kernels) - len(unmatched)
-        if kernels:
-            summary[semconv.RUN_KERNELS_NOT_EMITTED] = kernels
-        return spans, summary
+            holder = held_by[at]
+            draft = node_drafts[at]
+            draft.parent_id = parent_id if holder is None else ids[holder]
+            drafts.append(draft)
+        for kernel in shown_unmatched:
+            kernel.span_id = new_id()
+            drafts.append(kernel)
+        summary = _summary(run, selection)
+        return drafts, summary
 
     def _select(
-        self, nodes: list[NodeRecord], unmatched: list[KernelRecord]
-    ) -> tuple[list[int], list[NodeRecord], list[KernelRecord]]:
-        """Which nodes get spans (their indexes, in order), those left out, and the unmatched
-        kernels that get spans: at most ``max_node_spans`` spans, a node's with its kernels',
-        the longest nodes first, then the longest unmatched kernels."""
-        budget = self.max_node_spans
-        if len(nodes) + sum(len(node.kernels) for node in nodes) + len(unmatched) <= budget:
-            return list(range(len(nodes))), [], unmatched
-        kept: set[int] = set()
-        for at in sorted(range(len(nodes)), key=lambda at: -nodes[at].dur):
-            cost = 1 + len(nodes[at].kernels)
-            if cost <= budget:
-                kept.add(at)
-                budget -= cost
-        longest = sorted(unmatched, key=lambda kernel: -kernel.dur)[:budget]
-        shown = {id(kernel) for kernel in longest}
-        left_out = [node for at, node in enumerate(nodes) if at not in kept]
-        return sorted(kept), left_out, [kernel for kernel in unmatched if id(kernel) in shown]
-
-    def _kernel_span(
         self,
-        kernel: KernelRecord,
-        trace_id: int,
-        parent: SpanContext,
-        base: int,
-        unmatched: bool,
-    ) -> ReadableSpan:
-        context = SpanContext(trace_id, self._ids.generate_span_id(), False, _SAMPLED)
+        nodes: list[NodeRecord],
+        sizes: list[int],
+        unmatched: list[KernelRecord],
+        unmatched_sizes: list[int],
+    ) -> _Selection:
+        """Which nodes get spans (their indexes, in order), with their kernels, and which
+        unmatched kernels: the longest nodes first, then the longest unmatched kernels, each
+        taken while both the span count and the byte budget allow it."""
+        spans_left, bytes_left = self.max_node_spans, self.max_trace_bytes
+        kernel_count = sum(len(node.kernels) for node in nodes)
+        total = sum(sizes) + sum(unmatched_sizes)
+        if len(nodes) + kernel_count + len(unmatched) <= spans_left and total <= bytes_left:
+            return _Selection(list(range(len(nodes))), [], list(range(len(unmatched))), "", total)
+        limit = ""
+        kept: list[int] = []
+        for at in sorted(range(len(nodes)), key=lambda at: -nodes[at].dur):
+            cost, size = 1 + len(nodes[at].kernels), sizes[at]
+            if cost <= spans_left and size <= bytes_left:
+                kept.append(at)
+                spans_left, bytes_left = spans_left - cost, bytes_left - size
+            elif not limit:
+                limit = _LIMIT_SPANS if cost > spans_left else _LIMIT_BYTES
+        shown: set[int] = set()
+        for at in sorted(range(len(unmatched)), key=lambda at: -unmatched[at].dur):
+            if spans_left >= 1 and unmatched_sizes[at] <= bytes_left:
+                shown.add(at)
+                spans_left, bytes_left = spans_left - 1, bytes_left - unmatched_sizes[at]
+            elif not limit:
+                limit = _LIMIT_SPANS if spans_left < 1 else _LIMIT_BYTES
+        kept.sort()
+        chosen = set(kept)
+        return _Selection(
+            kept,
+            [at for at in range(len(nodes)) if at not in chosen],
+            sorted(shown),
+            limit,
+            self.max_trace_bytes - bytes_left,
+        )
+
+    def _kernel_draft(
+        self, kernel: KernelRecord, trace_id: int, parent_id: int, base: int, unmatched: bool
+    ) -> SpanDraft:
+        """A kernel's span: under ``parent_id``, the run's span for a kernel no node claims
+        (else a placeholder until its node's span has an id)."""
         attributes = _kernel_attributes(kernel)
         if unmatched:
             attributes[semconv.KERNEL_UNMATCHED] = True
         start = base + int(kernel.ts * 1000)
-        return self._span(
-            clip(kernel.name), context, parent, attributes, start, start + int(kernel.dur * 1000)
-        )
+        end = start + int(kernel.dur * 1000)
+        return self._draft(clip(kernel.name), trace_id, parent_id, attributes, start, end)
 
-    def _span(
+    def _draft(
         self,
         name: str,
-        context: SpanContext,
-        parent: SpanContext | None,
-        attributes: Mapping[str, AttributeValue],
+        trace_id: int,
+        parent_id: int,
+        attributes: dict[str, AttributeValue],
         start: int,
         end: int,
-        links: Sequence[Link] = (),
-    ) -> ReadableSpan:
+    ) -> SpanDraft:
+        """A span with the provider's span limits applied, as the SDK applies them; its span
+        id (and a matched kernel's parent, a placeholder until then) is set once it is
+        chosen."""
         limit = self._max_attributes
+        dropped = 0
+        limited: Mapping[str, AttributeValue] = attributes
         if self._max_length is not None or (limit is not None and len(attributes) > limit):
-            attributes = BoundedAttributes(  # the provider's span limits, as the SDK applies them
+            limited = BoundedAttributes(
                 limit, attributes, immutable=True, max_value_len=self._max_length
             )
-        return ReadableSpan(
-            name=name,
-            context=context,
-            parent=parent,
-            resource=self._resource,
-            attributes=attributes,
-            kind=SpanKind.INTERNAL,
-            start_time=start,
-            end_time=end,
-            links=links,
-            instrumentation_scope=_SCOPE,
+            dropped = limited.dropped
+        return SpanDraft(
+            trace_id, 0, parent_id, name, start, end, limited, self._resource, _SCOPE, dropped
         )
+
+
+_PLACEHOLDER = 1
+"""A parent span id for measuring (every node and kernel span has a parent)."""
+
+
+class _Selection:
+    """What :meth:`SpanBuilder._select` chose."""
+
+    __slots__ = ("emitted_bytes", "left_out", "limit", "nodes", "unmatched")
+
+    def __init__(
+        self, nodes: list[int], left_out: list[int], unmatched: list[int], limit: str, size: int
+    ) -> None:
+        self.nodes = nodes
+        self.left_out = left_out
+        self.unmatched = unmatched
+        self.limit = limit
+        """The limit that left a span out first (``""``: none was left out)."""
+        self.emitted_bytes = size
+
+
+def _summary(run: RunRecord, selection: _Selection) -> dict[str, AttributeValue]:
+    """The run span's account of its nodes and of what was left out."""
+    nodes, left_out = run.nodes, selection.left_out
+    summary: dict[str, AttributeValue] = {
+        semconv.RUN_NODE_COUNT: len(nodes),
+        semconv.RUN_NODES_NOT_EMITTED: len(left_out),
+    }
+    if run.unmatched_kernels:
+        summary[semconv.RUN_UNMATCHED_KERNELS] = len(run.unmatched_kernels)
+    if left_out:
+        summary.update(_left_out_summary([nodes[at] for at in left_out]))
+    kernels = sum(len(nodes[at].kernels) for at in left_out)
+    kernels += len(run.unmatched_kernels) - len(selection.unmatched)
+    if kernels:
+        summary[semconv.RUN_KERNELS_NOT_EMITTED] = kernels
+    if selection.limit == _LIMIT_BYTES:  # the span cap's summary stays as it always was
+        summary[semconv.RUN_NOT_EMITTED_LIMIT] = selection.limit
+        summary[semconv.RUN_EMITTED_BYTES] = selection.emitted_bytes
+    return summary
 
 
 def _left_out_summary(nodes: list[NodeRecord]) -> dict[str, AttributeValue]:

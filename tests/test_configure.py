@@ -35,15 +35,14 @@ from otel_ort.delivery import SpanDelivery
 from otel_ort.demo_model import mlp_model
 from otel_ort.instrumentation import wait_for_profiles
 from otel_ort.pipeline import (
-    Batching,
     CountingSpanExporter,
     DropCounter,
     Endpoint,
-    ProfileSpanProcessor,
     RequestSpanProcessor,
     Telemetry,
     delivery_report,
 )
+from otel_ort.profile_export import ProfileExportProcessor
 from otel_ort.spans import PROFILE_SCOPE_NAME
 from tests.conftest import instrumentation, run_threads
 from tests.otlp_receiver import OtlpReceiver, free_port
@@ -215,7 +214,10 @@ def test_a_batch_variable_that_is_not_a_number_falls_back_to_the_sdk_default(
     telemetry.shutdown(timeout=1)
     expected = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE='abc' is not a whole number: using the SDK's default"
     assert expected in caplog.text
-    assert all(p._batch_processor._max_export_batch_size == 512 for p in telemetry.processors)
+    requests, profiles = telemetry.processors
+    assert isinstance(requests, RequestSpanProcessor)
+    assert isinstance(profiles, ProfileExportProcessor)
+    assert requests._batch_processor._max_export_batch_size == profiles._batch_size == 512
 
 
 @pytest.mark.parametrize(
@@ -423,19 +425,16 @@ def test_a_full_request_queue_counts_every_dropped_span(monkeypatch: pytest.Monk
     assert exporter.exported + dropped == 40
 
 
-@pytest.mark.parametrize("stream", ["requests", "profiles"])
 def test_a_span_ending_as_the_pipeline_shuts_down_is_exported_or_counted(
-    stream: str, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The race made certain: the span's add into the SDK's queue waits until the shutdown
-    has begun (or 0.3 s). Either the shutdown waits for the add, or the span is counted."""
+    has begun (or 0.3 s). Either the shutdown waits for the add, or the span is counted.
+    (The profile processor's twin: tests/test_profile_export.py.)"""
+    stream = "requests"
     exporter = _CountingExporter(held=False)
     drops = DropCounter()
-    processor: RequestSpanProcessor | ProfileSpanProcessor = (
-        RequestSpanProcessor(exporter, drops)
-        if stream == "requests"
-        else ProfileSpanProcessor(exporter, drops, Batching.from_environment(), 64)
-    )
+    processor = RequestSpanProcessor(exporter, drops)
     provider = TracerProvider()
     provider.add_span_processor(processor)
     batch = processor._batch_processor
@@ -450,7 +449,7 @@ def test_a_span_ending_as_the_pipeline_shuts_down_is_exported_or_counted(
         real_emit(span)
 
     monkeypatch.setattr(batch, "emit", late_emit)
-    tracer = provider.get_tracer(PROFILE_SCOPE_NAME if stream == "profiles" else "t")
+    tracer = provider.get_tracer("t")
     ending = threading.Thread(target=lambda: tracer.start_span("r").end())
     ending.start()
     assert adding.wait(5)

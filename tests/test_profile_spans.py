@@ -271,10 +271,11 @@ def test_node_spans_hang_under_a_live_span(real_profile: Path) -> None:
     provider.add_span_processor(BatchSpanProcessor(memory))
     profile = read_profile(real_profile)
     with provider.get_tracer("test").start_as_current_span("onnxruntime.run") as live:
-        spans, summary = SpanBuilder(provider).node_spans(
-            profile, profile.runs[0], live.get_span_context()
+        context = live.get_span_context()
+        drafts, summary = SpanBuilder(provider).node_drafts(
+            profile, profile.runs[0], context.trace_id, context.span_id
         )
-    SpanDelivery(provider).deliver(spans)
+    SpanDelivery(provider).deliver_drafts(drafts)
     provider.shutdown()
     nodes = [s for s in memory.get_finished_spans() if s.name != "onnxruntime.run"]
     assert len(nodes) == 300 and summary[semconv.RUN_NODE_COUNT] == 300

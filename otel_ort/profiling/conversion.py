@@ -20,7 +20,7 @@ from otel_ort.profiling.profiled_call import ProfiledRun
 from otel_ort.profiling.reader import ProfileError
 from otel_ort.profiling.session_runs import SessionRuns
 from otel_ort.profiling.store import ProfileStore, remove_files
-from otel_ort.spans import SpanBuilder
+from otel_ort.spans import DEFAULT_MAX_TRACE_BYTES, SpanBuilder
 from otel_ort.version import __version__
 
 MAX_DETAIL = 512
@@ -32,11 +32,17 @@ class Converter:
     """Converts profiled runs, one at a time, on the profiler's worker."""
 
     def __init__(
-        self, perf: PerfCounters | None, provider: Callable[[], Any], count: Count
+        self,
+        perf: PerfCounters | None,
+        provider: Callable[[], Any],
+        count: Count,
+        max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES,
     ) -> None:
         self._perf = perf
         self._provider = provider
         self._count = count
+        self.max_trace_bytes = max_trace_bytes
+        """The byte budget of a run's node and kernel spans (``profile_max_trace_bytes``)."""
         self._delivery: tuple[object, SpanBuilder, SpanDelivery] | None = None
 
     def convert(
@@ -137,12 +143,14 @@ class Converter:
         provider = self._provider()
         if self._delivery is None or self._delivery[0] is not provider:
             delivery = SpanDelivery(provider)  # first: it refuses a provider not the SDK's
-            self._delivery = (provider, SpanBuilder(provider), delivery)
+            builder = SpanBuilder(provider, max_trace_bytes=self.max_trace_bytes)
+            self._delivery = (provider, builder, delivery)
         _, builder, delivery = self._delivery
-        spans, summary = builder.node_spans(
-            profile, profile.runs[0], span.get_span_context(), node_counts
+        context = span.get_span_context()
+        drafts, summary = builder.node_drafts(
+            profile, profile.runs[0], context.trace_id, context.span_id, node_counts
         )
-        return delivery.deliver(spans), summary
+        return delivery.deliver_drafts(drafts), summary
 
 
 def end_span(span: Span, end_ns: int, problem: str) -> None:

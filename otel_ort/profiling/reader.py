@@ -19,7 +19,10 @@ Bad input raises :class:`ProfileError` naming the file and the problem. A file c
 (a process killed mid-write) is not an error: its complete events are read, the profile is
 marked ``truncated`` and a run whose ``model_run`` event never came is marked incomplete.
 Events with missing or invalid fields are skipped and counted in ``Profile.problems``; lone
-surrogates (``\\ud800`` escapes, which no encoder takes) become U+FFFD.
+surrogates (``\\ud800`` escapes, which no encoder takes) become U+FFFD. Files are parsed with
+orjson, and with the standard library's parser when orjson refuses one (invalid UTF-8, lone
+surrogates, ``NaN``, a file cut short); orjson reads integers beyond 64 bits, which no ORT
+file holds, as floats.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import re
 import time
 from collections import Counter, defaultdict
 from typing import Any, Generic, TypeVar
+
+import orjson
 
 from otel_ort.gc_pause import gc_paused
 from otel_ort.profiling.chrome import START_TIME_KEY
@@ -103,6 +108,10 @@ def _load_events(path: str) -> tuple[list[Any], bool, int | None]:
             f"is empty ({len(data)} bytes): ORT leaves an empty file when a profiled run "
             "fails or its profile cannot be written (a full disk), so this run has no profile",
         )
+    try:  # orjson: a valid file, read in a fraction of the standard library's time
+        return _document_events(path, orjson.loads(data))
+    except orjson.JSONDecodeError:  # not UTF-8, lone surrogates, NaN, cut short: read below
+        pass
     # ORT writes a node's name as the model gives it, UTF-8 or not; a file cut short may end
     # inside a character
     text = data.decode("utf-8", errors="replace")
@@ -119,7 +128,11 @@ def _load_events(path: str) -> tuple[list[Any], bool, int | None]:
         return _valid_unicode(salvaged, text), True, None
     except RecursionError:
         raise ProfileError(path, "is JSON nested too deeply to be a trace") from None
-    document = _valid_unicode(document, text)
+    return _document_events(path, _valid_unicode(document, text))
+
+
+def _document_events(path: str, document: Any) -> tuple[list[Any], bool, int | None]:
+    """A whole file's events and the start time it declares."""
     declared_start = None
     if isinstance(document, dict):
         other = document.get("otherData")
