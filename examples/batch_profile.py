@@ -91,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     print("waiting for the profiles to be converted...", file=sys.stderr)
     otel_ort.flush_profiles(timeout=300)
 
-    # each profiled run keeps otel-ort_<time>_<pid>-<random>-<n>.json: this process's are its own
-    written = sorted(directory.glob(f"otel-ort_*_{os.getpid()}-*.json"), key=os.path.getmtime)
+    # each profiled run keeps otel-ort_<time>_<pid>-<random>-<n>.json.gz: this process's are its own
+    written = sorted(directory.glob(f"otel-ort_*_{os.getpid()}-*.json.gz"), key=os.path.getmtime)
     print_summary(args, directory, written)
     if telemetry is not None:
         telemetry.shutdown()  # export what is left before printing where it went
@@ -184,7 +184,7 @@ class Progress:
 
 def print_summary(args: argparse.Namespace, directory: Path, written: list[Path]) -> None:
     selected = args.batches // args.every
-    kept = list(directory.glob("otel-ort_*.json"))
+    kept = list(directory.glob("otel-ort_*.json.gz"))
     size = sum(path.stat().st_size for path in kept)
     rows = [
         ("runs", args.batches, f"batches of {args.batch_size}"),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from otel_ort import semconv
+from tests.kept_files import kept_document
 
 
 def clean_environment(**env: str) -> dict[str, str]:
@@ -46,7 +46,7 @@ def by_parent(spans: list[Any]) -> dict[bytes, list[Any]]:
 
 def node_events(kept: Path) -> int:
     """The ``Node`` events of a kept Chrome-trace JSON file: one per node executed."""
-    events = json.loads(kept.read_text())["traceEvents"]
+    events = kept_document(kept)["traceEvents"]
     return sum(1 for event in events if event.get("cat") == "Node")
 
 
@@ -60,4 +60,4 @@ def check_profiled(run: Any, children: dict[bytes, list[Any]], directory: Path) 
     assert all(semconv.NODE_OP_TYPE in attributes_of(node) for node in nodes)
     kept = Path(attributes[semconv.PROFILE_FILE])
     assert kept.parent == directory and kept.is_file()
-    assert json.loads(kept.read_text())["otherData"]["trace_id"] == run.trace_id.hex()
+    assert kept_document(kept)["otherData"]["trace_id"] == run.trace_id.hex()

@@ -141,7 +141,7 @@ def test_fastapi_service_traces_requests_and_profiles_on_demand(tmp_path: Path) 
     assert servers[3].trace_id.hex() == UPSTREAM_TRACE
     assert servers[3].parent_span_id.hex() == UPSTREAM_SPAN
     assert stat.S_IMODE(profiles.stat().st_mode) == 0o700
-    assert len(list(profiles.glob("otel-ort_*.json"))) == 3
+    assert len(list(profiles.glob("otel-ort_*.json.gz"))) == 3
 
     # start-up: the model load, and no run (the first request asking for a profile gets one)
     (startup,) = [s for s in spans if s.name == "startup"]
@@ -191,7 +191,7 @@ def test_batch_profile_exports_the_job_as_one_trace(tmp_path: Path, mlp_path: Pa
         "profile files": 3,
     }
     assert "run 30/30" in completed.stderr  # progress
-    files = sorted(profiles.glob("otel-ort_*.json"))
+    files = sorted(profiles.glob("otel-ort_*.json.gz"))
     assert len(files) == 3
     assert all(str(path) in completed.stdout for path in files[:3])
     assert stat.S_IMODE(profiles.stat().st_mode) == 0o700
@@ -251,7 +251,7 @@ def test_batch_profile_stopped_by_sigterm_exports_every_run_made(
         )
         try:
             deadline = time.monotonic() + 120
-            while len(list(profiles.glob("otel-ort_*.json"))) < 5:  # some runs profiled
+            while len(list(profiles.glob("otel-ort_*.json.gz"))) < 5:  # some runs profiled
                 assert job.poll() is None and time.monotonic() < deadline, job.communicate()
                 time.sleep(0.02)
             job.send_signal(signal.SIGTERM)
@@ -287,7 +287,7 @@ def test_batch_profile_stopped_by_sigterm_exports_every_run_made(
         assert len(children[run.span_id]) == node_events(
             Path(attributes_of(run)[semconv.PROFILE_FILE])
         )
-    assert len(list(profiles.glob("otel-ort_*.json"))) == len(profiled)
+    assert len(list(profiles.glob("otel-ort_*.json.gz"))) == len(profiled)
 
 
 def test_batch_profile_without_an_endpoint_keeps_profile_files(tmp_path: Path) -> None:
@@ -299,7 +299,7 @@ def test_batch_profile_without_an_endpoint_keeps_profile_files(tmp_path: Path) -
     assert "sent to" not in completed.stdout  # nothing configured, nothing exported
     directory = tmp_path / "otel-ort-profiles"  # the default, under the current directory
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
-    assert len(list(directory.glob("otel-ort_*.json"))) == 4
+    assert len(list(directory.glob("otel-ort_*.json.gz"))) == 4
 
 
 def test_batch_profile_refuses_a_profile_dir_open_to_others(tmp_path: Path) -> None:

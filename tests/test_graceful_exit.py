@@ -172,7 +172,7 @@ def test_sigterm_under_uvicorn_exports_every_span(tmp_path: Path) -> None:
         shapes.add(tuple(sorted(names.items())))
     assert len(shapes) == 1, shapes  # no request trace lost a span
     assert nodes == REQUESTS // 3 * DEPTH
-    assert len(list(profiles.glob("otel-ort_*.json"))) == REQUESTS // 3
+    assert len(list(profiles.glob("otel-ort_*.json.gz"))) == REQUESTS // 3
     # the test's premise: spans were still queued, or profiles still converting, at the signal
     assert before_signal < len(spans), (before_signal, len(spans))
     assert semconv.METRIC_RUN_DURATION in metric_names  # the last metrics are exported too

@@ -45,6 +45,7 @@ from otel_ort.profiling.reader import read_profile
 from otel_ort.profiling.run_options import Unrecognized, run_profiling_switch
 from otel_ort.profiling.session_runs import live_thread_ids, note_pool_threads, pool_threads
 from tests.conftest import Telemetry, attrs, instrumentation
+from tests.kept_files import kept_document
 from tests.perf_models import add_chain, branches, matmul_chain
 from tests.profiles import loop_model
 
@@ -597,7 +598,7 @@ def test_instrumented_runs_carry_counts_and_missing_events_are_warned(
         assert sum("cyc" in w and "no PMU" in w for w in warnings) == 1
         assert any("cycles" in line and "no PMU" in line for line in unavailable)
         assert all("perf.cyc" not in attrs(node) for node in nodes)
-    kept = json.loads(next(tmp_path.glob("otel-ort_*.json")).read_text())
+    kept = kept_document(next(tmp_path.glob("otel-ort_*.json.gz")))
     counters = [e for e in kept["traceEvents"] if e.get("ph") == "C"]
     assert {e["name"] for e in counters} >= {"perf.task-clock", "perf.page-faults"}
 
@@ -632,10 +633,8 @@ def test_a_thread_preempted_before_ort_starts_its_profile_does_not_misplace_the_
     first = min(node.start_time or 0 for node in nodes)
     assert first - run.start_time >= off_cpu_ns
     assert max(node.end_time or 0 for node in nodes) <= run.end_time
-    kept = max(tmp_path.glob("otel-ort_*.json"), key=lambda path: path.stat().st_mtime_ns)
-    assert json.loads(kept.read_text())["otherData"]["start_time_unix_ns"] >= run.start_time + (
-        off_cpu_ns
-    )
+    kept = max(tmp_path.glob("otel-ort_*.json.gz"), key=lambda path: path.stat().st_mtime_ns)
+    assert kept_document(kept)["otherData"]["start_time_unix_ns"] >= run.start_time + (off_cpu_ns)
 
 
 def test_the_forks_perf_config_json_works_as_given(telemetry: Telemetry, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ import pytest
 from otel_ort import configure, flush_profiles, semconv
 from otel_ort.demo_model import mlp_model
 from tests.conftest import instrumentation
+from tests.kept_files import kept_document
 from tests.otlp_receiver import free_port
 
 pytestmark = pytest.mark.phoenix
@@ -157,5 +158,5 @@ def test_a_profiled_run_tree_reads_back_intact(
     run_attributes = run["attributes"]
     assert run_attributes[semconv.RUN_NODE_COUNT] == DEPTH
     assert run_attributes[semconv.MODEL_PATH].startswith("bytes:sha256:")
-    profile = json.loads(Path(run_attributes[semconv.PROFILE_FILE]).read_text())
+    profile = kept_document(str(run_attributes[semconv.PROFILE_FILE]))
     assert profile["otherData"]["trace_id"] == trace_id  # the kept Chrome JSON names the trace

@@ -25,6 +25,7 @@ from otel_ort.demo_model import mlp_model
 from otel_ort.perf.tracks import counters
 from otel_ort.profiling import read_profile
 from otel_ort.profiling.run_options import LayoutChanged, Unrecognized, run_profiling_switch
+from tests.kept_files import kept_document
 from tests.otlp_receiver import OtlpReceiver
 from tests.profiles import model_run, node_event
 from tests.test_otlp_export import attributes_of
@@ -60,7 +61,7 @@ def saved(graph: Any, path: Path) -> Path:
 
 
 def kept_files(directory: Path) -> list[Path]:
-    return sorted(directory.glob("otel-ort_*.json"))
+    return sorted(directory.glob("otel-ort_*.json.gz"))
 
 
 def node_input_shapes(path: Path) -> list[Any]:
@@ -100,11 +101,11 @@ def test_default_run_prints_tables_and_keeps_one_file_per_run(
     assert not list((directory / ".pending").iterdir())  # ORT's own files are gone
     listed = [line.split() for line in out.splitlines() if line.startswith("  run ")]
     for number, (_, run, *_, name) in enumerate(listed, start=1):  # run N is file N
-        assert run == str(number) and name.endswith(f"-{number}.json"), name
+        assert run == str(number) and name.endswith(f"-{number}.json.gz"), name
     for path in files:
         assert str(path) in out
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
-        document = json.loads(path.read_text())
+        document = kept_document(path)
         assert isinstance(document["traceEvents"], list)
         assert document["otherData"]["model"] == str(mlp)
         profile = read_profile(path)
@@ -354,7 +355,7 @@ def test_runs_sent_over_otlp_one_trace_each(
         assert attributes_of(node)["perf.task-clock"] > 0
     for run in runs.values():
         assert attributes_of(run)["perf.threads"] >= 1
-    other_data = [json.loads(path.read_text())["otherData"] for path in kept_files(directory)]
+    other_data = [kept_document(path)["otherData"] for path in kept_files(directory)]
     assert {bytes.fromhex(data["trace_id"]) for data in other_data} == {
         span.trace_id for span in runs.values()
     }
@@ -456,7 +457,7 @@ def test_ctrl_c_keeps_and_shows_the_runs_done(mlp: Path, tmp_path: Path) -> None
     assert "Traceback" not in err and err.rstrip().endswith("otel-ort: interrupted")
     assert "interrupted: keeping the " in err
     done = int(out.split(" run(s), ")[0].rsplit(" ", 1)[1])
-    assert done > 0 and len(kept_files(directory)) == min(done, 1000)  # retention: 1000
+    assert done > 0 and len(kept_files(directory)) == min(done, 10_000)  # retention: 10,000
     assert not list((directory / ".pending").iterdir())
 
 

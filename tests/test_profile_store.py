@@ -467,13 +467,15 @@ def test_stop_does_not_wait_for_places_its_own_thread_reserved() -> None:
 def test_the_docs_give_the_kept_file_names_the_store_makes(tmp_path: Path) -> None:
     """``otel-ort_<time>_<pid>-<random>-<n>.json``, as docs/profiling.md and the examples say."""
     root = Path(__file__).resolve().parent.parent
-    documented = "otel-ort_<time>_<pid>-<random>-<n>.json"
+    documented = "otel-ort_<time>_<pid>-<random>-<n>.json.gz"
     for doc in ("docs/profiling.md", "examples/README.md", "examples/batch_profile.py"):
-        names = set(re.findall(r"otel-ort_<time>_[<>a-z-]+\.json", (root / doc).read_text()))
+        names = set(
+            re.findall(r"otel-ort_<time>_[<>a-z-]+\.json(?:\.gz)?", (root / doc).read_text())
+        )
         assert names == {documented}, (doc, names)
     store_dir = tmp_path / "profiles"
     store_dir.mkdir(mode=0o700)
     name = os.path.basename(ProfileStore(str(store_dir), 10, 10**9).new_run().path)
-    pattern = r"otel-ort_\d{8}-\d{6}_(?P<pid>\d+)-[0-9a-f]+-(?P<n>\d+)\.json"
+    pattern = r"otel-ort_\d{8}-\d{6}_(?P<pid>\d+)-[0-9a-f]+-(?P<n>\d+)\.json\.gz"
     found = re.fullmatch(pattern, name)
     assert found and int(found["pid"]) == os.getpid() and found["n"] == "1", name

@@ -38,6 +38,7 @@ from otel_ort.profiling.run_options import run_profiling_switch
 from otel_ort.profiling.store import ProfileDirError
 from otel_ort.sampling import Always, EveryNth, Never, ProfileSampler, Ratio
 from tests.conftest import Telemetry, attrs, held_runs, instrumentation, run_threads
+from tests.kept_files import kept_document
 from tests.models import string_model, typed_cases
 from tests.perf_models import matmul_chain
 
@@ -60,7 +61,7 @@ def children_of(telemetry: Telemetry, span: ReadableSpan) -> list[ReadableSpan]:
 
 
 def profile_files(directory: Path) -> list[Path]:
-    return sorted(directory.glob("otel-ort_*.json"))
+    return sorted(directory.glob("otel-ort_*.json.gz"))
 
 
 def raw_files(directory: Path) -> list[Path]:
@@ -112,7 +113,7 @@ def test_the_first_forced_run_is_profiled(
     assert not any(semconv.PROFILE_SKIP_REASON in attrs(s) for s in run_spans(profiling))
     paths = [Path(str(attrs(s)[semconv.PROFILE_FILE])) for s in profiled]
     assert profile_files(profile_dir) == sorted(paths)
-    assert [p.name[-7:] for p in paths] == ["-1.json", "-2.json"]  # the first run takes 1
+    assert [p.name[-10:] for p in paths] == ["-1.json.gz", "-2.json.gz"]  # the first run takes 1
     for span, path in zip(profiled, paths, strict=True):
         run = attrs(span)
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -123,7 +124,7 @@ def test_the_first_forced_run_is_profiled(
             assert node.context.trace_id == span.context.trace_id
             assert span.start_time and span.end_time and node.start_time and node.end_time
             assert span.start_time <= node.start_time <= node.end_time <= span.end_time
-        document = json.loads(path.read_text())
+        document = kept_document(path)
         assert document["otherData"]["trace_id"] == f"{span.context.trace_id:032x}"
         assert document["otherData"]["span_id"] == f"{span.context.span_id:016x}"
     assert stat.S_IMODE(profile_dir.stat().st_mode) == 0o700
@@ -210,7 +211,7 @@ def test_three_threads_two_profiled_two_files_two_trees(
     spans = profiled_spans(profiling)
     assert len(files) == len(spans) == 2
     for span in spans:
-        document = json.loads(Path(str(attrs(span)[semconv.PROFILE_FILE])).read_text())
+        document = kept_document(str(attrs(span)[semconv.PROFILE_FILE]))
         events = [e for e in document["traceEvents"] if e["ph"] == "X"]
         assert sum(e["name"] == "model_run" for e in events) == 1
         node_events = [e for e in events if e["cat"] == "Node"]
@@ -223,7 +224,7 @@ def test_three_threads_two_profiled_two_files_two_trees(
 
 
 def node_thread(span: ReadableSpan) -> int:
-    document = json.loads(Path(str(attrs(span)[semconv.PROFILE_FILE])).read_text())
+    document = kept_document(str(attrs(span)[semconv.PROFILE_FILE]))
     return int(next(e["tid"] for e in document["traceEvents"] if e.get("cat") == "Node"))
 
 
@@ -434,7 +435,7 @@ def test_the_callers_run_options_are_copied_not_modified(
     assert profiled.tobytes() == expected.tobytes()
     (span,) = profiled_spans(profiling)
     kept = Path(str(attrs(span)[semconv.PROFILE_FILE]))
-    assert sorted(tmp_path.rglob("*.json")) == [kept]  # the unselected runs wrote nothing
+    assert sorted(tmp_path.rglob("*.json*")) == [kept]  # the unselected runs wrote nothing
     assert run_options_state(run_options) == before
 
 
@@ -540,7 +541,7 @@ def test_tensor_contents_never_reach_files_or_spans(
     assert flush_profiles(timeout=60)
     assert len(profile_files(profile_dir)) == 2
     for path in profile_files(profile_dir):
-        assert "SECRET-VALUE-123" not in path.read_text()
+        assert "SECRET-VALUE-123" not in json.dumps(kept_document(path))
     for span in profiling.spans():
         assert "SECRET-VALUE-123" not in repr(attrs(span))
 
@@ -1074,7 +1075,7 @@ def test_a_run_without_a_trace_keeps_a_file_that_names_none(
             session.run(None, X)
         assert flush_profiles(timeout=60)
     [path] = profile_files(profile_dir)
-    document = json.loads(path.read_text())
+    document = kept_document(path)
     runs = [e for e in document["traceEvents"] if e.get("name") == "model_run"]
     assert runs and not any("trace_id" in e["args"] or "span_id" in e["args"] for e in runs)
     assert "trace_id" not in document["otherData"] and "span_id" not in document["otherData"]
@@ -1143,4 +1144,4 @@ def test_a_fresh_process_profiles_its_first_selected_run(
     assert names.count(semconv.SPAN_SESSION_CREATE) == 1, completed.stderr[-2000:]
     runs = [profiled for name, profiled in spans if name == semconv.SPAN_RUN]
     assert runs == [True] * 3, completed.stderr[-2000:]
-    assert len(list((tmp_path / "p").glob("otel-ort_*.json"))) == 3
+    assert len(list((tmp_path / "p").glob("otel-ort_*.json.gz"))) == 3

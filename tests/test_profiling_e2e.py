@@ -4,7 +4,6 @@ outputs when profiled."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from otel_ort.demo_model import mlp_model
 from otel_ort.profiling.run_options import run_profiling_switch
 from otel_ort.sampling import Ratio
 from tests.conftest import Telemetry, attrs, file_spans, instrumentation, run_threads
+from tests.kept_files import kept_document
 
 pytestmark = pytest.mark.e2e
 
@@ -87,12 +87,12 @@ def test_eight_threads_ten_percent_for_thirty_seconds(telemetry: Telemetry, tmp_
         for s in telemetry.spans()
         if s.parent is not None and s.name != "onnxruntime.run"
     )
-    files = {str(path) for path in directory.glob("otel-ort_*.json")}
+    files = {str(path) for path in directory.glob("otel-ort_*.json.gz")}
     assert len(files) == len(profiled)
     for span in profiled:
         path = str(attrs(span)[semconv.PROFILE_FILE])
         assert path in files
-        other = json.loads(Path(path).read_text())["otherData"]
+        other = kept_document(path)["otherData"]
         assert other["span_id"] == f"{span.context.span_id:016x}"
         assert children[span.context.span_id] == attrs(span)[semconv.RUN_NODE_COUNT] > 0
     skipped = Counter(attrs(s).get(semconv.PROFILE_SKIP_REASON) for s in spans) - Counter(
@@ -155,7 +155,7 @@ def test_pending_profiles_are_converted_at_exit(
     assert len(runs) == len(profiled) == 6  # the first selected run too
     parents = Counter(s.get("parentSpanId") for s in spans)
     assert all(parents[s["spanId"]] > 0 for s in profiled)
-    assert len(list(directory.glob("otel-ort_*.json"))) == 6
+    assert len(list(directory.glob("otel-ort_*.json.gz"))) == 6
 
 
 SILERO = "silero-vad==6.2.3"

@@ -33,6 +33,7 @@ from otel_ort.report import ReportError, build_report, render_html, write_report
 from otel_ort.report.model import page_data
 from tests import report_browser
 from tests.conftest import Telemetry, instrumentation
+from tests.kept_files import kept_document
 from tests.profiles import (
     kernel_event,
     loop_profile,
@@ -224,7 +225,7 @@ def kept_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         with profile_next_run():
             session.run(None, feeds)
         assert flush_profiles(timeout=60)
-    (path,) = sorted(directory.glob("otel-ort_*.json"))
+    (path,) = sorted(directory.glob("otel-ort_*.json.gz"))
     (span,) = [
         s
         for s in telemetry.spans(semconv.SPAN_RUN)
@@ -653,7 +654,7 @@ def test_chromes_trace_viewer_loads_a_kept_profile(
     panel): every event read, thread names from the enrichment, nodes on their threads, the
     run's trace id on ``model_run``."""
     path, trace_id = kept_run
-    data = json.loads(path.read_text())
+    data = kept_document(path)
     events = data["traceEvents"]
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
     screenshot = tmp_path / "devtools.png"

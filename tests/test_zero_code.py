@@ -124,4 +124,4 @@ def test_profile_sampler_env_profiles_with_no_code(tmp_path: Path, mlp_path: Pat
         assert len(nodes) == attributes_of(run)[semconv.RUN_NODE_COUNT] > 0
         assert all(semconv.NODE_OP_TYPE in attributes_of(node) for node in nodes)
         assert Path(attributes_of(run)[semconv.PROFILE_FILE]).parent == profiles
-    assert len(list(profiles.glob("otel-ort_*.json"))) == 3
+    assert len(list(profiles.glob("otel-ort_*.json.gz"))) == 3

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from otel_ort.profiling.model import RunRecord
+from otel_ort.profiling.reader import GZIP_MAGIC, ProfileError, file_bytes
 
 _OTHER_DATA = '"otherData"'
 _COLON = re.compile(r"\s*:\s*")
@@ -30,13 +31,17 @@ def other_data(path: str) -> dict[str, Any]:
     """
     try:
         with open(path, "rb") as file:
+            compressed = file.read(2) == GZIP_MAGIC
             size = file.seek(0, os.SEEK_END)
             file.seek(max(0, size - _SCAN_BYTES))
             chunks = [file.read()]
             if size > _SCAN_BYTES:
                 file.seek(0)
                 chunks.append(file.read(_SCAN_BYTES))
-    except OSError:
+        if compressed:  # a kept file: its end is only known decompressed
+            data = file_bytes(path)
+            chunks = [data[-_SCAN_BYTES:], data[:_SCAN_BYTES]]
+    except (OSError, ProfileError):
         return {}
     for chunk in chunks:
         found = _decode_other_data(chunk.decode("utf-8", "replace"))

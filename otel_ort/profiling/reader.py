@@ -28,10 +28,12 @@ file holds, as floats.
 from __future__ import annotations
 
 import bisect
+import gzip
 import json
 import os
 import re
 import time
+import zlib
 from collections import Counter, defaultdict
 from typing import Any, Generic, TypeVar
 
@@ -94,14 +96,28 @@ def read_profile(path: str | os.PathLike[str], start_ns: int | None = None) -> P
     )
 
 
-def _load_events(path: str) -> tuple[list[Any], bool, int | None]:
-    """The file's events, whether it was cut short, and the start time it declares (files
-    otel-ort enriched say it in ``otherData``)."""
+def file_bytes(path: str) -> bytes:
+    """The file's bytes, decompressed when it is gzip (as the files otel-ort keeps are)."""
     try:
         with open(path, "rb") as file:
             data = file.read()
     except OSError as exc:
         raise ProfileError(path, f"cannot be read ({exc.strerror})") from None
+    if not data.startswith(GZIP_MAGIC):
+        return data
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ProfileError(path, f"is not a readable gzip file ({exc})") from None
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _load_events(path: str) -> tuple[list[Any], bool, int | None]:
+    """The file's events, whether it was cut short, and the start time it declares (files
+    otel-ort enriched say it in ``otherData``)."""
+    data = file_bytes(path)
     if not data.strip():
         raise ProfileError(
             path,

@@ -3,13 +3,13 @@ how many are kept.
 
 Layout: ORT writes each profiled run into ``<dir>/.pending/<tag>-<n>_<ORT's timestamp>.json``
 (every run its own prefix: runs sharing one collide); the worker then publishes the enriched
-file as ``<dir>/otel-ort_<local time>_<tag>-<n>.json`` (its path is known before the run, so
-the run span can name it) and deletes the pending one. ``<tag>`` is the pid and a random
-part: processes in other pid namespaces (containers) may share the directory, and a pid comes
-back. Each store holds a lock (``flock``) on ``<dir>/.pending/<tag>-alive`` while its process
-lives. Raw and temporary files an hour old whose tag's lock is free are leftovers of a process
-that ended before converting them: the next store made for the directory deletes them (and
-old lock files), and logs how many. A live process's files are never deleted, however old
+file, gzip-compressed, as ``<dir>/otel-ort_<local time>_<tag>-<n>.json.gz`` (its path is known
+before the run, so the run span can name it) and deletes the pending one. ``<tag>`` is the pid
+and a random part: processes in other pid namespaces (containers) may share the directory, and a
+pid comes back. Each store holds a lock (``flock``) on ``<dir>/.pending/<tag>-alive`` while its
+process lives. Raw and temporary files an hour old whose tag's lock is free are leftovers of a
+process that ended before converting them: the next store made for the directory deletes them
+(and old lock files), and logs how many. A live process's files are never deleted, however old
 (``otel-ort profile`` converts its runs only after the last one).
 
 Safety: the directory is created 0700; an existing one must be a real directory (not a
@@ -40,10 +40,15 @@ from dataclasses import dataclass
 
 _logger = logging.getLogger("otel_ort")
 
-DEFAULT_MAX_FILES = 1000
+DEFAULT_MAX_FILES = 10_000
+"""About as many as ``DEFAULT_MAX_BYTES`` holds at 50 KB a compressed file: 80 minutes at
+two profiled runs a second."""
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 _PENDING = ".pending"
 _PREFIX = "otel-ort_"
+KEPT_SUFFIX = ".json.gz"
+"""A kept file's ending: gzip-compressed Chrome-trace JSON, which Perfetto and Chrome DevTools
+open as they are."""
 _LEFTOVER_AGE_S = 3600.0
 _ALIVE = "alive"
 _TAG = re.compile(r"(?:^|_)(\d+-[0-9a-f]{6}-)")
@@ -240,7 +245,7 @@ class ProfileStore:
             self._stamp = now, stamp
         return RunFiles(
             f"{self._pending}{number}",
-            f"{self._published}{stamp}_{self._tag}{number}.json",
+            f"{self._published}{stamp}_{self._tag}{number}{KEPT_SUFFIX}",
         )
 
     def void_prefix(self) -> str:
@@ -307,7 +312,8 @@ class ProfileStore:
     def _scan(self) -> tuple[deque[tuple[str, int]], int]:
         """The published files already in the directory, oldest first, and their bytes."""
         found = []
-        for path in glob.glob(os.path.join(glob.escape(self.directory), f"{_PREFIX}*.json")):
+        pattern = os.path.join(glob.escape(self.directory), f"{_PREFIX}*{KEPT_SUFFIX}")
+        for path in glob.glob(pattern):
             try:
                 info = os.stat(path)
             except OSError:

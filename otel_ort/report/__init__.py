@@ -124,7 +124,7 @@ def _read(path: str | os.PathLike[str]) -> Profile:
     if not os.path.exists(name):
         raise ReportError(
             f"{name}: no such file: pass the path of a profile file (ORT's "
-            "onnxruntime_profile_*.json or one otel-ort kept, otel-ort_*.json)"
+            "onnxruntime_profile_*.json or one otel-ort kept, otel-ort_*.json.gz)"
         )
     try:
         return read_profile(name)
