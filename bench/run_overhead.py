@@ -5,16 +5,19 @@
 Each iteration times, in rotating order, calls that differ only in what is measured, so the
 machine's drift hits them alike; a difference is taken per iteration and its median reported:
   bare          the original ``Session.run``, not instrumented
-  by hand       bare run + only the OTel SDK calls the instrumentation must make per run:
-                one span with its attributes (start, set_attributes, end), one histogram record
+  by hand       bare run + exactly the OTel calls the instrumentation makes per run: the
+                current context read once and given to the SDK calls, one span with its
+                attributes (start_span with the session's, is_recording, set_attributes with
+                the method and inputs, end), one histogram record
   instrumented  ``session.run`` through otel-ort, same SDK providers (BatchSpanProcessor with
                 a null exporter, SDK MeterProvider)
   noop          ``session.run`` through otel-ort with no-op tracer and meter providers
   off           ``session.run`` through otel-ort in ``profile_mode="off"``, SDK providers: no
                 profiler, so no sampler to ask and no count of the session's runs in flight
-Own cost = instrumented - by hand. Targets: own cost <= 5 us; noop - bare <= 2 us. What
-profiling adds to an unprofiled run = instrumented - off (the sampler's answer and the
-session's runs-in-flight count, which gates its first profiled run). Then runs per second
+Own cost = instrumented - by hand. Targets: own cost <= 10 % of the SDK calls (by hand -
+bare); noop - bare <= 2 us. What profiling adds to an unprofiled run = instrumented - off
+(the check for a forced run, the sampler's answer if it has one, and the session's
+runs-in-flight count, which gates its first profiled run). Then runs per second
 with ``--threads`` threads calling the session at once: bare, and instrumented (where the
 runs-in-flight count is shared by every thread).
 """
@@ -31,6 +34,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi.onnxruntime_inference_collection import Session
+from opentelemetry.context import get_current
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -126,13 +130,15 @@ def main(argv: list[str] | None = None) -> int:
         return original_run(session, None, feed)
 
     def by_hand() -> object:
+        current = get_current()
         span = tracer.start_span(
-            semconv.SPAN_RUN, kind=SpanKind.INTERNAL, attributes=facts.run_attributes
+            semconv.SPAN_RUN, current, kind=SpanKind.INTERNAL, attributes=facts.run_attributes
         )
-        span.set_attributes(run_attributes)
+        if span.is_recording():
+            span.set_attributes(run_attributes)
         result = original_run(session, None, feed)
         span.end()
-        histogram.record(1e-5, facts.metric_attributes)
+        histogram.record(1e-5, facts.metric_attributes, current)
         return result
 
     def instrumented() -> object:
@@ -181,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         ("instrumented run (no-op providers)", median_us(samples["noop/noop"]), ""),
         ("SDK calls (by hand - bare)", median_diff_us(samples["sdk/by hand"], samples["sdk/bare"]),
          ""),
-        ("otel-ort's own cost (instrumented - by hand)", own, "target <= 5 us"),
+        ("otel-ort's own cost (instrumented - by hand)", own, "<= 10% of SDK"),
         ("total overhead, no-op providers (noop - bare)", noop, "target <= 2 us"),
         ("own cost, profiling off (instrumented - by hand)",
          median_diff_us(samples["off/instrumented"], samples["off/by hand"]), ""),
@@ -203,11 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     sdk = median_diff_us(samples["sdk/by hand"], samples["sdk/bare"])
     verdict = {True: "met", False: "MISSED"}
-    print(f"\nown cost target {verdict[own <= 5.0]}; no-op target {verdict[noop <= 2.0]}")
     print(
-        f"own cost is {own / sdk:.0%} of the SDK calls it wraps; this machine's speed drifts, "
-        "so compare runs by that share"
+        f"\nown cost is {own / sdk:.1%} of the SDK calls it makes (target <= 10%: "
+        f"{verdict[own <= 0.10 * sdk]}); no-op target {verdict[noop <= 2.0]}"
     )
+    print("this machine's speed drifts, so compare runs by that share")
     return 0
 
 

@@ -1,27 +1,27 @@
 """``OrtInstrumentor``: wraps ONNX Runtime's Python session class with otel-ort's wrappers.
 
-The methods are replaced on the classes, so sessions created before ``instrument()`` are
-covered too; what each wrapper records is in :mod:`otel_ort.wrappers`.
+The methods are replaced on the classes (:mod:`otel_ort.method_patches`), so sessions created
+before ``instrument()`` are covered too; what each run records is in :mod:`otel_ort.wrappers`,
+what a session's construction records in :mod:`otel_ort.session_creation`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from functools import partial
 from typing import Any
 
 from opentelemetry.instrumentation.dependencies import DependencyConflict, get_dependency_conflicts
 from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined]
     BaseInstrumentor,
 )
-from opentelemetry.instrumentation.utils import unwrap
-from wrapt import wrap_function_wrapper
 
+from otel_ort.method_patches import Patch, patch, restore
 from otel_ort.options import BASE_KEYS, Options, parse_options
 from otel_ort.package import _instruments, _instruments_any
 from otel_ort.profiling.recorded_options import install_recorders, uninstall_recorders
+from otel_ort.session_creation import init_method
 from otel_ort.wrappers import RUN_METHODS, RunTelemetry
-
-_SESSION_MODULE = "onnxruntime.capi.onnxruntime_inference_collection"
 
 
 class OrtInstrumentor(BaseInstrumentor):  # type: ignore[misc]
@@ -35,6 +35,7 @@ class OrtInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     _profiler: Any = None
     _telemetry: Any = None
+    _patches: tuple[Patch, ...] = ()
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -64,19 +65,16 @@ class OrtInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             install_recorders(collection.C)
         self._profiler = profiler
         telemetry = self._telemetry = RunTelemetry(options, profiler)
-        wrap_function_wrapper(_SESSION_MODULE, "InferenceSession.__init__", telemetry.init_wrapper)
-        wrappers = {method: telemetry.run_wrapper(method) for method in RUN_METHODS}
-        wrappers["run_async"] = telemetry.run_async_wrapper
-        for method, wrapper in wrappers.items():
-            if hasattr(collection.Session, method):  # older ORT releases lack some of them
-                wrap_function_wrapper(_SESSION_MODULE, f"Session.{method}", wrapper)
+        made = [patch(collection.InferenceSession, "__init__", partial(init_method, telemetry))]
+        for method in RUN_METHODS:
+            made.append(patch(collection.Session, method, partial(telemetry.run_method, method)))
+        made.append(patch(collection.Session, "run_async", telemetry.run_async_method))
+        self._patches = tuple(each for each in made if each is not None)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        from onnxruntime.capi import onnxruntime_inference_collection as collection
-
-        unwrap(collection.InferenceSession, "__init__")
-        for method in (*RUN_METHODS, "run_async"):
-            unwrap(collection.Session, method)
+        for each in reversed(self._patches):
+            restore(each)
+        self._patches = ()
         self._telemetry.inert = True  # for bound methods taken while instrumented
         self._telemetry = None
         if self._profiler is not None:

@@ -183,6 +183,11 @@ def profile_next_run() -> Iterator[None]:
         _FORCED.reset(token)
 
 
+forced_request = _FORCED.get
+"""The innermost ``profile_next_run`` block's request (falsy when there is none or a run took
+it): a check that consumes nothing, before :func:`take_forced`."""
+
+
 def take_forced() -> bool:
     """Whether :func:`profile_next_run` asks for this run; consumes the request."""
     request = _FORCED.get()

@@ -25,7 +25,8 @@ from otel_ort.failures import report_failure
 from otel_ort.forking import renew_locks_in_child
 from otel_ort.text_limits import clip
 
-_CACHE_ATTR = "_otel_ort_facts"
+FACTS_ATTR = "_otel_ort_facts"
+"""Where a session's facts are cached, in its ``__dict__``."""
 _SESSION_IDS = itertools.count(1)
 _PROCESS_TAG = uuid.uuid4().hex[:8]
 _collect_lock = threading.Lock()
@@ -56,15 +57,15 @@ UNKNOWN_SESSION = SessionFacts(
 
 def facts_for(session: Any) -> SessionFacts:
     """Return the cached facts of ``session``, computing them on first use."""
-    facts: SessionFacts | None = session.__dict__.get(_CACHE_ATTR)
+    facts: SessionFacts | None = session.__dict__.get(FACTS_ATTR)
     if facts is None or facts.providers_list is not getattr(session, "_providers", None):
         # outside the lock: hashing a large in-memory model would hold up other sessions
         model = str(facts.run_attributes[semconv.MODEL_PATH]) if facts else model_label(session)
         with _collect_lock:  # concurrent first runs must agree on one session id
-            facts = session.__dict__.get(_CACHE_ATTR)
+            facts = session.__dict__.get(FACTS_ATTR)
             if facts is None or facts.providers_list is not getattr(session, "_providers", None):
                 facts = _collect(session, facts, model)
-                session.__dict__[_CACHE_ATTR] = facts
+                session.__dict__[FACTS_ATTR] = facts
     return facts
 
 

@@ -119,7 +119,10 @@ class Profiler:
         meter_provider: MeterProvider | None = None,
     ) -> None:
         self.sampler = options.sampler
-        self._sampled = type(self.sampler) is not Never  # Never: no call per run
+        self.asks_sampler = type(self.sampler) is not Never
+        """``False`` with the default ``Never``: then only a forced run can be selected, and
+        the run wrapper asks :meth:`selects` only when one may be (a ``profile_next_run``
+        request pending, or baggage in the caller's context)."""
         self._options = options
         self._tracer_provider = tracer_provider
         self._store: ProfileStore | None = None
@@ -164,7 +167,7 @@ class Profiler:
         entries = current.get(_BAGGAGE_KEY)  # 3x cheaper than get_baggage
         if isinstance(entries, dict) and entries.get(PROFILE_BAGGAGE_KEY) == "1":
             return True
-        return self._sampled and self.sampler.should_profile(span.get_span_context())
+        return self.asks_sampler and self.sampler.should_profile(span.get_span_context())
 
     def prepare(
         self, session: Any, runs: SessionRuns, method: str, args: Any, kwargs: Any
