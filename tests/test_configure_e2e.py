@@ -91,5 +91,5 @@ def test_10000_runs_with_the_collector_gone(tmp_path: Path) -> None:
     assert len(logged) >= 2 and semconv.METRIC_SPANS_DROPPED in logged[-1]
     in_all = int(logged[-1].split("(")[-1].split(" in all")[0])
     assert in_all >= sum(dropped.values())
-    assert len(list((tmp_path / "profiles").glob("*.json"))) >= 150  # profiles still kept
+    assert len(list((tmp_path / "profiles").glob("*.json.gz"))) >= 150  # profiles still kept
     assert exit_s < 5

@@ -456,3 +456,21 @@ print("failed", len(failed))
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-2:] == ["failed", "0"], done.stdout
+
+
+def test_the_byte_budget_reaches_live_runs(telemetry: Telemetry, tmp_path: Path) -> None:
+    """``profile_max_trace_bytes`` bounds a live profiled run's node spans, as it does convert's:
+    the longest nodes are kept, the run span says the byte budget bound and what it emitted."""
+    feeds = {"x": np.ones((4, 32), np.float32)}
+    with instrumentation(
+        **telemetry.providers, profile_dir=str(tmp_path), profile_max_trace_bytes=3000
+    ):
+        session = ort.InferenceSession(mlp_model(width=32, depth=20))
+        with profile_next_run():
+            session.run(None, feeds)
+        assert flush_profiles(timeout=30)
+    (run,) = telemetry.spans("onnxruntime.run")
+    nodes = [s for s in telemetry.spans() if s.parent and s.parent.span_id == run.context.span_id]
+    assert attrs(run)[semconv.RUN_NOT_EMITTED_LIMIT] == "max_trace_bytes"
+    assert 0 < attrs(run)[semconv.RUN_EMITTED_BYTES] <= 3000
+    assert 0 < len(nodes) < attrs(run)[semconv.RUN_NODE_COUNT]

@@ -152,7 +152,9 @@ class Profiler:
         self._deleted_counter = meter.create_counter(
             semconv.METRIC_PROFILE_FILES_DELETED, "{file}", "Profile files deleted by retention."
         )
-        self._converter = Converter(self.perf, self._provider, self._converted)
+        self._converter = Converter(
+            self.perf, self._provider, self._converted, options.max_trace_bytes
+        )
         reference = weakref.ref(self)
         _before_atexit_handlers(lambda: _shut_down(reference))
         after_fork_in_child(self, Profiler._after_fork_in_child)
