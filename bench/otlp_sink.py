@@ -1,4 +1,4 @@
-"""Real OTLP receivers (``tests/otlp_receiver.py``) in a process of their own, so that what
+"""Real OTLP receivers (``tests/helpers/otlp_receiver.py``) in a process of their own, so that what
 receiving costs is not counted in the process a bench measures.
 
     python -m bench.otlp_sink N   # prints N gRPC endpoints (JSON), then one line of counts
@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.otlp_receiver import OtlpReceiver
+from tests.helpers.otlp_receiver import OtlpReceiver
 
 RUN_SPAN = "onnxruntime.run"
 ROOT = Path(__file__).resolve().parent.parent

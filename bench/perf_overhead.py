@@ -36,14 +36,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnxruntime as ort
 
+from otel_ort.cli.tables import format_table
 from otel_ort.perf.counting import PerfCounters, Pool, RawRun
 from otel_ort.perf.events import parse_events
 from otel_ort.perf.probe import Plan
 from otel_ort.perf.records import ThreadRecords, parse
-from otel_ort.profiling.reader import read_profile
+from otel_ort.profiles.reader import read_profile
 from otel_ort.profiling.run_options import RunProfilingSwitch, Unrecognized, run_profiling_switch
 from otel_ort.profiling.session_runs import live_thread_ids, note_pool_threads, pool_threads
-from otel_ort.tables import format_table
 
 TARGET_PERCENT = 5.0
 DEFAULT_EVENTS = ["task-clock", "page-faults", "context-switches"]

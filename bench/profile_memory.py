@@ -58,7 +58,7 @@ import numpy as np, onnxruntime as ort
 from opentelemetry.sdk.trace import TracerProvider
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run
 sys.path.insert(0, {root!r})
-from tests.perf_models import matmul_chain
+from tests.helpers.perf_models import matmul_chain
 profiled, runs, threads = sys.argv[1] == "1", int(sys.argv[2]), int(sys.argv[3])
 import otel_ort.profiling.pool_log as pool_log
 pool_log.BUDGET = int(sys.argv[4])  # the nodes between two clearings of a thread's log

@@ -8,7 +8,7 @@ drafts (``read_profile`` + ``SpanBuilder``); drafts → OTLP bytes (otel-ort's e
 the default byte budget and without one) against the SDK's path (``ReadableSpan`` +
 ``encode_spans`` + ``SerializeToString``); the live worker's path (read, attributes, encode,
 hand to ``configure()``'s profile processor) per node; and ``otel-ort convert`` to a local
-OTLP receiver (``tests/otlp_receiver.py``) in a subprocess, as the marginal wall time over a
+OTLP receiver (``tests/helpers/otlp_receiver.py``) in a subprocess, as the marginal wall time over a
 one-node file. CPU seconds (``time.process_time``), medians. Targets: end-to-end marginal
 cost <= 5x the ``json.load``; <= 15 us of CPU per node in the worker path.
 """
@@ -29,16 +29,16 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from otel_ort.delivery import SpanDelivery
-from otel_ort.otlp_encoding import ProtobufSpans
-from otel_ort.otlp_transport import Encoded
-from otel_ort.profile_export import ProfileExportProcessor
-from otel_ort.profiling import read_profile
-from otel_ort.span_draft import SpanDraft, readable
-from otel_ort.spans import SpanBuilder
-from otel_ort.tables import format_table
-from tests.otlp_receiver import OtlpReceiver
-from tests.profiles import session_level_profile
+from otel_ort.cli.tables import format_table
+from otel_ort.export.delivery import SpanDelivery
+from otel_ort.export.otlp_encoding import ProtobufSpans
+from otel_ort.export.otlp_transport import Encoded
+from otel_ort.export.profile_export import ProfileExportProcessor
+from otel_ort.profiles import read_profile
+from otel_ort.profiles.span_draft import SpanDraft, readable
+from otel_ort.profiles.spans import SpanBuilder
+from tests.helpers.otlp_receiver import OtlpReceiver
+from tests.helpers.profiles import session_level_profile
 
 NO_BUDGET = 1 << 62
 

@@ -52,7 +52,7 @@ from bench.otlp_sink import SinkProcess
 from bench.stage_timers import Hook, StageTimers
 from bench.wheel_models import OCR_MODELS, WheelModel, feeds, fetch
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run
-from otel_ort.profiling.reader import read_profile
+from otel_ort.profiles.reader import read_profile
 from otel_ort.profiling.run_options import Unrecognized, run_profiling_switch
 
 MODELS = {"cls": OCR_MODELS[0], "rec": OCR_MODELS[1]}
@@ -63,12 +63,12 @@ HOOKS = (  # a stage may be hooked under several names: the code is being rework
     Hook("perf: read counters and rings", "otel_ort.perf.counting", "RawRun.settle"),
     Hook("read profile", "otel_ort.profiling.conversion", "read_run"),
     Hook("perf: attribute to nodes", "otel_ort.profiling.conversion", "count_profile"),
-    Hook("build spans", "otel_ort.spans", "SpanBuilder.node_spans"),
-    Hook("build spans", "otel_ort.spans", "SpanBuilder.node_drafts"),
-    Hook("hand spans over (and encode)", "otel_ort.delivery", "SpanDelivery.deliver"),
+    Hook("build spans", "otel_ort.profiles.spans", "SpanBuilder.node_spans"),
+    Hook("build spans", "otel_ort.profiles.spans", "SpanBuilder.node_drafts"),
+    Hook("hand spans over (and encode)", "otel_ort.export.delivery", "SpanDelivery.deliver"),
     Hook(
         "hand spans over (and encode)",
-        "otel_ort.profile_export",
+        "otel_ort.export.profile_export",
         "ProfileExportProcessor.take_drafts",
     ),
     Hook("keep file", "otel_ort.profiling.conversion", "publish_run"),
@@ -79,7 +79,7 @@ EXPORTS = (
         "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
         "OTLPSpanExporter.export",
     ),
-    Hook("OTLP export", "otel_ort.profile_export", "ProfileExportProcessor._export"),
+    Hook("OTLP export", "otel_ort.export.profile_export", "ProfileExportProcessor._export"),
 )
 STAGES = list(dict.fromkeys(hook.label for hook in (*HOOKS, *EXPORTS)))
 CALLS = ("ORT", "ORT profiled", "traced", "profiled")

@@ -44,9 +44,9 @@ from opentelemetry.trace import NoOpTracerProvider, SpanKind
 
 from otel_ort import OrtInstrumentor, semconv
 from otel_ort.demo_model import mlp_model
-from otel_ort.feeds import describe_feeds
-from otel_ort.metrics import run_duration_histogram
-from otel_ort.session_facts import facts_for
+from otel_ort.instrumentation.feeds import describe_feeds
+from otel_ort.instrumentation.metrics import run_duration_histogram
+from otel_ort.instrumentation.session_facts import facts_for
 
 
 class NullExporter(SpanExporter):

@@ -37,7 +37,7 @@ from pathlib import Path
 from bench.otlp_sink import ROOT, Received, SinkProcess
 from bench.service_models import SERVED_MODELS, ServedModel, flat_model, request_body
 from bench.wrk import WrkResult, post_script, run_wrk, wrk_binary
-from tests.otlp_receiver import free_port
+from tests.helpers.otlp_receiver import free_port
 
 SAMPLERS = ("never", "rate:2/s")
 TARGET_RPS_DROP = 0.05

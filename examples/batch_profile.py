@@ -35,7 +35,7 @@ from opentelemetry import trace
 
 import otel_ort
 from otel_ort import OrtInstrumentor
-from otel_ort.profiling import chrome
+from otel_ort.profiles import chrome
 
 DTYPES = {
     "tensor(float)": np.float32,

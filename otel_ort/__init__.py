@@ -4,8 +4,8 @@
 >>> OrtInstrumentor().instrument()   # every InferenceSession run becomes a span
 """
 
+from otel_ort.export.pipeline import configure
 from otel_ort.instrumentation import OrtInstrumentor, flush_profiles
-from otel_ort.pipeline import configure
 from otel_ort.sampling import profile_next_run
 from otel_ort.version import __version__
 

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from otel_ort.forking import renew_locks_in_child
+from otel_ort._util.forking import renew_locks_in_child
 
 _logger = logging.getLogger("otel_ort")
 

@@ -24,7 +24,7 @@ from contextvars import ContextVar
 
 from opentelemetry.trace import SpanContext
 
-from otel_ort.forking import after_fork_in_child, renew_locks_in_child
+from otel_ort._util.forking import after_fork_in_child, renew_locks_in_child
 
 PROFILE_BAGGAGE_KEY = "onnxruntime.profile"
 """Baggage entry that forces the profile of every run in its trace when its value is ``1``."""

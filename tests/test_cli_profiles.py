@@ -11,10 +11,11 @@ import pytest
 
 from otel_ort import semconv
 from otel_ort.cli import main
-from otel_ort.profiling import read_profile
+from otel_ort.profiles import read_profile
 from tests.conftest import file_spans
-from tests.otlp_receiver import OtlpReceiver
-from tests.profiles import (
+from tests.helpers.kept_files import SPAN_ID, TRACE_ID, kept_file
+from tests.helpers.otlp_receiver import OtlpReceiver
+from tests.helpers.profiles import (
     kernel_event,
     loop_profile,
     model_run,
@@ -22,7 +23,6 @@ from tests.profiles import (
     session_level_profile,
     write,
 )
-from tests.test_report import SPAN_ID, TRACE_ID, kept_file
 
 
 @pytest.fixture(scope="module")

@@ -31,10 +31,9 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_ort import configure, flush_profiles, profile_next_run, semconv
-from otel_ort.delivery import SpanDelivery
 from otel_ort.demo_model import mlp_model
-from otel_ort.instrumentation import wait_for_profiles
-from otel_ort.pipeline import (
+from otel_ort.export.delivery import SpanDelivery
+from otel_ort.export.pipeline import (
     CountingSpanExporter,
     DropCounter,
     Endpoint,
@@ -42,11 +41,12 @@ from otel_ort.pipeline import (
     Telemetry,
     delivery_report,
 )
-from otel_ort.profile_export import ProfileExportProcessor
-from otel_ort.spans import PROFILE_SCOPE_NAME
+from otel_ort.export.profile_export import ProfileExportProcessor
+from otel_ort.instrumentation import wait_for_profiles
+from otel_ort.profiles.spans import PROFILE_SCOPE_NAME
 from tests.conftest import instrumentation, run_threads
-from tests.otlp_receiver import OtlpReceiver, free_port
-from tests.test_otlp_export import attributes_of
+from tests.helpers.example_spans import attributes_of
+from tests.helpers.otlp_receiver import OtlpReceiver, free_port
 
 FEEDS = {"x": np.ones((2, 32), np.float32)}
 

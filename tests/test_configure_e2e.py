@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from otel_ort import semconv
-from tests.otlp_receiver import OtlpReceiver, free_port
+from tests.helpers.otlp_receiver import OtlpReceiver, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -71,7 +71,9 @@ def test_configure_reads_the_standard_environment_variables() -> None:
 
 def test_10000_runs_with_the_collector_gone(tmp_path: Path) -> None:
     """Inference is unaffected, memory stays bounded, every drop is counted and logged."""
-    completed = python("-m", "tests.dead_collector", str(free_port()), str(tmp_path / "profiles"))
+    completed = python(
+        "-m", "tests.helpers.dead_collector", str(free_port()), str(tmp_path / "profiles")
+    )
     exited = time.time()
     assert completed.returncode == 0, completed.stderr
     assert "Traceback" not in completed.stderr

@@ -19,7 +19,7 @@ import pytest
 
 from otel_ort.failures import failure_counts
 from tests.conftest import CUDA, Telemetry, cuda_missing, instrumentation
-from tests.profiled_runs import check_case
+from tests.helpers.profiled_runs import check_case
 
 pytestmark = pytest.mark.e2e
 

@@ -15,8 +15,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_ort.console import render_span_tree
-from otel_ort.export import OtlpJsonFileSpanExporter
+from otel_ort.cli.console import render_span_tree
+from otel_ort.export.otlp_json_file import OtlpJsonFileSpanExporter
 from tests.conftest import file_spans
 
 
@@ -83,7 +83,7 @@ import resource, signal, sys
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from otel_ort.export import OtlpJsonFileSpanExporter
+from otel_ort.export.otlp_json_file import OtlpJsonFileSpanExporter
 
 memory = InMemorySpanExporter()
 provider = TracerProvider()

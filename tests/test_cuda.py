@@ -19,9 +19,9 @@ from otel_ort import flush_profiles, profile_next_run, semconv
 from otel_ort.failures import failure_counts
 from otel_ort.sampling import Ratio
 from tests.conftest import CUDA, Telemetry, attrs, cuda_missing, hammer, instrumentation
-from tests.models import typed_cases
-from tests.perf_models import matmul_chain
-from tests.profiled_runs import check_case, difference
+from tests.helpers.models import typed_cases
+from tests.helpers.perf_models import matmul_chain
+from tests.helpers.profiled_runs import check_case, difference
 
 X = {"x": np.random.default_rng(3).standard_normal((512, 512)).astype(np.float32)}
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from otel_ort import semconv
-from otel_ort.profiling.reader import read_profile
+from otel_ort.profiles.reader import read_profile
 from tests.conftest import file_spans
-from tests.otlp_receiver import OtlpReceiver
+from tests.helpers.otlp_receiver import OtlpReceiver
 
 pytestmark = pytest.mark.e2e
 

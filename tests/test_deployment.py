@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from otel_ort import semconv
-from tests import deployment_checks as dc
+from tests.helpers import deployment_checks as dc
 
 Json = dict[str, Any]
 

@@ -20,14 +20,14 @@ import pytest
 
 from otel_ort import semconv
 from otel_ort.demo_model import mlp_model
-from tests.example_spans import (
+from tests.helpers.example_spans import (
     attributes_of,
     by_parent,
     check_profiled,
     clean_environment,
     node_events,
 )
-from tests.otlp_receiver import OtlpReceiver
+from tests.helpers.otlp_receiver import OtlpReceiver
 
 pytestmark = pytest.mark.e2e
 

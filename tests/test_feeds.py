@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 
-from otel_ort.feeds import MAX_DESCRIBED_INPUTS, describe_feeds, describe_value
+from otel_ort.instrumentation.feeds import MAX_DESCRIBED_INPUTS, describe_feeds, describe_value
 
 
 def test_numpy_and_ortvalue_descriptions_agree() -> None:

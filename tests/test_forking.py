@@ -19,10 +19,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_ort import failures, flush_profiles, forking, profile_next_run, semconv, session_facts
-from otel_ort.export import OtlpJsonFileSpanExporter
+from otel_ort import failures, flush_profiles, profile_next_run, semconv
+from otel_ort._util import forking
+from otel_ort.export.otlp_json_file import OtlpJsonFileSpanExporter
+from otel_ort.export.pipeline import CountingSpanExporter, Endpoint
+from otel_ort.instrumentation import session_facts
 from otel_ort.perf import pfm
-from otel_ort.pipeline import CountingSpanExporter, Endpoint
 from otel_ort.profiling import recorded_options, run_options
 from otel_ort.profiling.pool_log import PoolLogs
 from otel_ort.profiling.session_runs import session_runs

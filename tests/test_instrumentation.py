@@ -23,11 +23,12 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
 
-from otel_ort import OrtInstrumentor, semconv, session_facts
+from otel_ort import OrtInstrumentor, semconv
+from otel_ort._util.text_limits import MAX_TEXT
 from otel_ort.failures import failure_counts
-from otel_ort.text_limits import MAX_TEXT
+from otel_ort.instrumentation import session_facts
 from tests.conftest import Telemetry, attrs, instrumentation, run_threads
-from tests.models import numeric_types_model, string_model
+from tests.helpers.models import numeric_types_model, string_model
 
 X = np.arange(4 * 32, dtype=np.float32).reshape(4, 32) / 100
 

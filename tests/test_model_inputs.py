@@ -11,8 +11,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from otel_ort.cli import main
-from otel_ort.free_memory import _cgroup_headrooms, available_bytes
-from otel_ort.model_inputs import (
+from otel_ort.cli.free_memory import _cgroup_headrooms, available_bytes
+from otel_ort.cli.model_inputs import (
     InputError,
     InputSpec,
     _drawn_bytes,
@@ -161,7 +161,7 @@ def test_inputs_bigger_than_free_memory_are_refused_before_numpy_allocates(
 ) -> None:
     """Where Linux overcommits, numpy gets any allocation and the machine thrashes filling it:
     the free memory Linux reports (here said to be 4 MiB) is checked first."""
-    monkeypatch.setattr("otel_ort.model_inputs.available_bytes", lambda: 4 * 2**20)
+    monkeypatch.setattr("otel_ort.cli.model_inputs.available_bytes", lambda: 4 * 2**20)
     feeds, _ = build_feeds([InputSpec("x", "tensor(float)", (1000, 1000))], {}, {})
     assert feeds["x"].nbytes == 4_000_000  # float32 is drawn in place: 4 bytes an element
     with pytest.raises(InputError) as refused:  # int8 is drawn in int64, then copied

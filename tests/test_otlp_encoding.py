@@ -17,11 +17,11 @@ from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from otel_ort import semconv
-from otel_ort.otlp_encoding import JsonSpans, ProtobufSpans
-from otel_ort.profiling import read_profile
-from otel_ort.span_draft import SpanDraft, readable
-from otel_ort.spans import SpanBuilder
-from tests.profiles import (
+from otel_ort.export.otlp_encoding import JsonSpans, ProtobufSpans
+from otel_ort.profiles import read_profile
+from otel_ort.profiles.span_draft import SpanDraft, readable
+from otel_ort.profiles.spans import SpanBuilder
+from tests.helpers.profiles import (
     kernel_event,
     loop_profile,
     model_run,

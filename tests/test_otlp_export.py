@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnxruntime as ort
-import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcSpanExporter,
 )
@@ -19,24 +17,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from otel_ort import OrtInstrumentor, semconv
-from tests.otlp_receiver import OtlpReceiver
+from tests.helpers.example_spans import attributes_of
+from tests.helpers.otlp_receiver import OtlpReceiver
 
 
-def attributes_of(span: Any) -> dict[str, Any]:
-    decoded = {}
-    for kv in span.attributes:
-        value = kv.value
-        kind = value.WhichOneof("value")
-        if kind == "array_value":
-            decoded[kv.key] = tuple(
-                getattr(v, v.WhichOneof("value")) for v in value.array_value.values
-            )
-        else:
-            decoded[kv.key] = getattr(value, kind)
-    return decoded
-
-
-@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_run_spans_reach_a_real_otlp_receiver(protocol: str, mlp_path: Path) -> None:
     with OtlpReceiver() as receiver:
         exporter: SpanExporter

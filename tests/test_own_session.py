@@ -36,7 +36,7 @@ from otel_ort.profiling.run_options import (
 from otel_ort.profiling.session_runs import SessionRuns, session_runs
 from otel_ort.sampling import Ratio
 from tests.conftest import Telemetry, attrs, hammer, instrumentation
-from tests.perf_models import matmul_chain
+from tests.helpers.perf_models import matmul_chain
 
 
 def test_the_fields_are_found_and_a_written_options_object_is_refused_a_second_write(

@@ -41,13 +41,13 @@ from otel_ort.perf.events import parse_events
 from otel_ort.perf.group import ThreadGroup
 from otel_ort.perf.probe import event_problem
 from otel_ort.perf.records import GroupSample, ThreadRecords, parse
-from otel_ort.profiling.reader import read_profile
+from otel_ort.profiles.reader import read_profile
 from otel_ort.profiling.run_options import Unrecognized, run_profiling_switch
 from otel_ort.profiling.session_runs import live_thread_ids, note_pool_threads, pool_threads
 from tests.conftest import Telemetry, attrs, instrumentation
-from tests.kept_files import kept_document
-from tests.perf_models import add_chain, branches, matmul_chain
-from tests.profiles import loop_model
+from tests.helpers.kept_files import kept_document
+from tests.helpers.perf_models import add_chain, branches, matmul_chain
+from tests.helpers.profiles import loop_model
 
 CPU = ["CPUExecutionProvider"]
 FIXTURE_CONFIG = Path(__file__).parent / "data" / "perf_config.json"

@@ -24,8 +24,8 @@ import pytest
 from otel_ort import configure, flush_profiles, semconv
 from otel_ort.demo_model import mlp_model
 from tests.conftest import instrumentation
-from tests.kept_files import kept_document
-from tests.otlp_receiver import free_port
+from tests.helpers.kept_files import kept_document
+from tests.helpers.otlp_receiver import free_port
 
 pytestmark = pytest.mark.phoenix
 

@@ -19,16 +19,16 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from otel_ort import profile_command, semconv
-from otel_ort.cli import main
+from otel_ort import semconv
+from otel_ort.cli import main, profile_command
 from otel_ort.demo_model import mlp_model
 from otel_ort.perf.tracks import counters
-from otel_ort.profiling import read_profile
+from otel_ort.profiles import read_profile
 from otel_ort.profiling.run_options import LayoutChanged, Unrecognized, run_profiling_switch
-from tests.kept_files import kept_document
-from tests.otlp_receiver import OtlpReceiver
-from tests.profiles import model_run, node_event
-from tests.test_otlp_export import attributes_of
+from tests.helpers.example_spans import attributes_of
+from tests.helpers.kept_files import kept_document
+from tests.helpers.otlp_receiver import OtlpReceiver
+from tests.helpers.profiles import model_run, node_event
 
 
 @pytest.fixture(scope="module")

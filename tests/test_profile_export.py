@@ -18,16 +18,16 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_ort import semconv
-from otel_ort.delivery import SpanDelivery
-from otel_ort.otlp_encoding import ProtobufSpans
-from otel_ort.otlp_transport import Encoded, encoded_span_exporter
-from otel_ort.pipeline import CountingSpanExporter, DropCounter, Endpoint
-from otel_ort.profile_export import ProfileExportProcessor
-from otel_ort.profiling import read_profile
-from otel_ort.span_draft import SpanDraft
-from otel_ort.spans import SpanBuilder
-from tests.otlp_receiver import OtlpReceiver
-from tests.profiles import session_level_profile
+from otel_ort.export.delivery import SpanDelivery
+from otel_ort.export.otlp_encoding import ProtobufSpans
+from otel_ort.export.otlp_transport import Encoded, encoded_span_exporter
+from otel_ort.export.pipeline import CountingSpanExporter, DropCounter, Endpoint
+from otel_ort.export.profile_export import ProfileExportProcessor
+from otel_ort.profiles import read_profile
+from otel_ort.profiles.span_draft import SpanDraft
+from otel_ort.profiles.spans import SpanBuilder
+from tests.helpers.otlp_receiver import OtlpReceiver
+from tests.helpers.profiles import session_level_profile
 
 
 @pytest.fixture(scope="module")
@@ -50,13 +50,13 @@ def request_of(spans: list[SpanDraft]) -> Encoded:
     return Encoded(encoder.request([(spans[0].resource, spans[0].scope, body)]), len(spans))
 
 
-# -- the SDK's private parts otel-ort reads (otel_ort/otlp_transport.py) -------------------
+# -- the SDK's private parts otel-ort reads (otel_ort/export/otlp_transport.py) -------------------
 
 
 def test_the_grpc_exporters_private_parts_are_still_there() -> None:
     for name in ("_export", "_translate_data", "_count_data", "_initialize_channel_and_stub"):
         assert callable(getattr(OTLPExporterMixin, name, None)), (
-            f"the SDK's gRPC exporter lost {name}: otel_ort/otlp_transport.py must change"
+            f"the SDK's gRPC exporter lost {name}: otel_ort/export/otlp_transport.py must change"
         )
     exporter: Any = encoded_span_exporter("grpc", "http://127.0.0.1:1")
     try:
@@ -228,8 +228,8 @@ def test_a_10000_node_runs_trace_fits_tempos_default_limit(tmp_path: Path) -> No
 def test_the_byte_budget_is_an_option_and_a_variable(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from otel_ort.options import parse_options
-    from otel_ort.spans import DEFAULT_MAX_TRACE_BYTES
+    from otel_ort.instrumentation.options import parse_options
+    from otel_ort.profiles.spans import DEFAULT_MAX_TRACE_BYTES
 
     assert parse_options({}).profiling.max_trace_bytes == DEFAULT_MAX_TRACE_BYTES == 4_000_000
     assert parse_options({"profile_max_trace_bytes": 1000}).profiling.max_trace_bytes == 1000

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from otel_ort.profiling import ProfileError, read_profile
-from tests.profiles import (
+from otel_ort.profiles import ProfileError, read_profile
+from tests.helpers.profiles import (
     kernel_event,
     model_run,
     node_event,

@@ -15,13 +15,13 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_ort import semconv
-from otel_ort.delivery import SpanDelivery
-from otel_ort.profiling import read_profile
-from otel_ort.spans import SpanBuilder
-from otel_ort.text_limits import MAX_TEXT
+from otel_ort._util.text_limits import MAX_TEXT
+from otel_ort.export.delivery import SpanDelivery
+from otel_ort.profiles import read_profile
+from otel_ort.profiles.spans import SpanBuilder
 from tests.conftest import attrs
-from tests.otlp_receiver import OtlpReceiver
-from tests.profiles import (
+from tests.helpers.otlp_receiver import OtlpReceiver
+from tests.helpers.profiles import (
     kernel_event,
     loop_profile,
     model_run,

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from otel_ort.profiling import chrome
+from otel_ort.profiles import chrome
+from otel_ort.profiles.reader import read_profile
 from otel_ort.profiling import worker as worker_module
-from otel_ort.profiling.reader import read_profile
 from otel_ort.profiling.store import ProfileDirError, ProfileStore, prepare_dir
 from otel_ort.profiling.worker import Worker
-from tests.profiles import model_run, node_event
+from tests.helpers.profiles import model_run, node_event
 
 
 def mode(path: Path | str) -> int:

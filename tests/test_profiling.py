@@ -38,9 +38,9 @@ from otel_ort.profiling.run_options import run_profiling_switch
 from otel_ort.profiling.store import ProfileDirError
 from otel_ort.sampling import Always, EveryNth, Never, ProfileSampler, Ratio
 from tests.conftest import Telemetry, attrs, held_runs, instrumentation, run_threads
-from tests.kept_files import kept_document
-from tests.models import string_model, typed_cases
-from tests.perf_models import matmul_chain
+from tests.helpers.kept_files import kept_document
+from tests.helpers.models import string_model, typed_cases
+from tests.helpers.perf_models import matmul_chain
 
 CPU = ["CPUExecutionProvider"]
 X = {"x": np.arange(2 * 32, dtype=np.float32).reshape(2, 32) / 64}

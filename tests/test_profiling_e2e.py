@@ -22,7 +22,7 @@ from otel_ort.demo_model import mlp_model
 from otel_ort.profiling.run_options import run_profiling_switch
 from otel_ort.sampling import Ratio
 from tests.conftest import Telemetry, attrs, file_spans, instrumentation, run_threads
-from tests.kept_files import kept_document
+from tests.helpers.kept_files import kept_document
 
 pytestmark = pytest.mark.e2e
 
@@ -109,7 +109,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_ort import OrtInstrumentor
-from otel_ort.export import OtlpJsonFileSpanExporter
+from otel_ort.export.otlp_json_file import OtlpJsonFileSpanExporter
 
 model, spans_file, directory, provider_made = sys.argv[1:]
 def make_provider():

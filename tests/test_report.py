@@ -28,13 +28,13 @@ from otel_ort.demo_model import mlp_model
 from otel_ort.perf.attribution import Attribution
 from otel_ort.perf.counting import RunCounts
 from otel_ort.perf.tracks import counter_events
-from otel_ort.profiling import chrome, read_profile
+from otel_ort.profiles import read_profile
 from otel_ort.report import ReportError, build_report, render_html, write_report
-from otel_ort.report.model import page_data
-from tests import report_browser
+from otel_ort.report.page_data import page_data
 from tests.conftest import Telemetry, instrumentation
-from tests.kept_files import kept_document
-from tests.profiles import (
+from tests.helpers import report_browser
+from tests.helpers.kept_files import SPAN_ID, TRACE_ID, kept_document, kept_file
+from tests.helpers.profiles import (
     kernel_event,
     loop_profile,
     model_run,
@@ -42,11 +42,8 @@ from tests.profiles import (
     session_level_profile,
     write,
 )
-from tests.report_browser import OpenedReport, chromium, open_report, save_screenshot
+from tests.helpers.report_browser import OpenedReport, chromium, open_report, save_screenshot
 
-TRACE_ID = "5b8efff798038103d269b633813fc60c"
-SPAN_ID = "eee19b7ec3c1b174"
-START_NS = 1_795_000_000_000_000_000
 PERF_ALIASES = ("cycles", "instructions", "cache-misses")
 OPS = (
     ("MatMul", "CUDAExecutionProvider", [[8, 128, 768], [768, 768]], [8, 128, 768]),
@@ -69,46 +66,6 @@ OPS = (
 
 def shapes(*dims: list[int]) -> list[dict[str, list[int]]]:
     return [{"float": list(each)} for each in dims]
-
-
-def kept_file(
-    path: Path,
-    events: list[dict[str, Any]],
-    thread_names: dict[int, str],
-    counts: list[dict[str, float]] | None = None,
-) -> Path:
-    """``events`` as otel-ort keeps a profiled run: enriched, with perf counter tracks made
-    by otel-ort's own writer when ``counts`` (one dict per node event, in list order) is
-    given."""
-    if counts is not None:
-        nodes = [event for event in events if event["cat"] == "Node"]
-        order = sorted(range(len(nodes)), key=lambda at: nodes[at]["ts"])
-        windows = [(nodes[at]["ts"], nodes[at]["ts"] + nodes[at]["dur"]) for at in order]
-        run_counts = RunCounts(
-            attribution=Attribution(
-                nodes=[counts[at] for at in order], threads=[{} for _ in order]
-            ),
-            period_ns=0,
-            threads=len(thread_names),
-            throttled=0,
-            problems=(),
-        )
-        events = events + counter_events(run_counts, windows, pid=7)
-    data = chrome.enrich(
-        events,
-        other_data={
-            chrome.START_TIME_KEY: START_NS,
-            "trace_id": TRACE_ID,
-            "span_id": SPAN_ID,
-            "session_id": "test-1",
-            "model": "bert.onnx",
-            "otel_ort_version": "0.1.0",
-        },
-        process_name="onnxruntime (pid 7)",
-        thread_names=thread_names,
-    )
-    path.write_bytes(data)
-    return path
 
 
 def big_profile(path: Path, nodes: int = 10_000, threads: int = 4, seed: int = 7) -> Path:

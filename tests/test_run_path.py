@@ -21,10 +21,10 @@ from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
 
 from otel_ort import OrtInstrumentor, semconv
-from otel_ort.method_patches import patch
+from otel_ort.instrumentation.method_patches import patch
+from otel_ort.instrumentation.wrappers import RUN_METHODS, _context_getter
 from otel_ort.profiling import session_runs as session_runs_module
 from otel_ort.profiling.session_runs import SessionRuns, session_runs
-from otel_ort.wrappers import RUN_METHODS, _context_getter
 from tests.conftest import Telemetry, attrs, instrumentation, run_threads
 
 X = {"x": np.arange(4 * 32, dtype=np.float32).reshape(4, 32) / 100}

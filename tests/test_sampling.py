@@ -20,7 +20,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, SpanContext, TraceFlags
 
 from otel_ort import profile_next_run, sampling
-from otel_ort.options import parse_options
+from otel_ort.instrumentation.options import parse_options
 from otel_ort.sampling import (
     PROFILE_BAGGAGE_KEY,
     Always,

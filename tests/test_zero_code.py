@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from otel_ort import semconv
-from tests.otlp_receiver import OtlpReceiver
-from tests.test_otlp_export import attributes_of
+from tests.helpers.example_spans import attributes_of
+from tests.helpers.otlp_receiver import OtlpReceiver
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import cffi  # type: ignore[import-untyped,unused-ignore]  # no stubs in the dev env
 
-from otel_ort.forking import renew_locks_in_child
+from otel_ort._util.forking import renew_locks_in_child
 
 DEFAULT_LIBRARY = "libpfm.so.4"
 INSTALL_HINT = "apt install libpfm4 on Debian/Ubuntu, dnf install libpfm on Fedora"

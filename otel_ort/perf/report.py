@@ -12,7 +12,7 @@ from opentelemetry.util.types import AttributeValue
 from otel_ort import semconv
 from otel_ort.perf.counting import PerfCounters, RawRun, RunCounts
 from otel_ort.perf.tracks import counter_events
-from otel_ort.profiling.model import Profile
+from otel_ort.profiles.records import Profile
 
 _MAX_PROBLEM = 256
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from otel_ort import semconv
 from otel_ort.perf.counting import RunCounts
-from otel_ort.profiling.model import NodeRecord
+from otel_ort.profiles.records import NodeRecord
 
 
 def counter_events(

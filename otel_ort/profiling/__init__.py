@@ -1,6 +1,3 @@
-"""ONNX Runtime profiles: reading the Chrome-trace JSON ORT writes, run by run."""
-
-from otel_ort.profiling.model import KernelRecord, NodeRecord, Profile, RunRecord
-from otel_ort.profiling.reader import ProfileError, read_profile
-
-__all__ = ["KernelRecord", "NodeRecord", "Profile", "ProfileError", "RunRecord", "read_profile"]
+"""The profiling engine: which runs are profiled, how ORT's run-level profiling is switched on
+for them on the user's own session, and the worker that turns each profile into spans and a
+kept file (the profiles themselves are read by :mod:`otel_ort.profiles`)."""

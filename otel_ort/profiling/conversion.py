@@ -10,17 +10,17 @@ from typing import Any
 from opentelemetry.trace import Span, format_span_id, format_trace_id
 
 from otel_ort import semconv
-from otel_ort.delivery import NotSdkTracerProvider, SpanDelivery
+from otel_ort.export.delivery import NotSdkTracerProvider, SpanDelivery
 from otel_ort.failures import report_failure
 from otel_ort.perf.counting import PerfCounters, RawRun
 from otel_ort.perf.report import count_profile
+from otel_ort.profiles.reader import ProfileError
+from otel_ort.profiles.records import Profile
+from otel_ort.profiles.spans import DEFAULT_MAX_TRACE_BYTES, SpanBuilder
 from otel_ort.profiling.kept import publish_run, read_run
-from otel_ort.profiling.model import Profile
 from otel_ort.profiling.profiled_call import ProfiledRun
-from otel_ort.profiling.reader import ProfileError
 from otel_ort.profiling.session_runs import SessionRuns
 from otel_ort.profiling.store import ProfileStore, remove_files
-from otel_ort.spans import DEFAULT_MAX_TRACE_BYTES, SpanBuilder
 from otel_ort.version import __version__
 
 MAX_DETAIL = 512

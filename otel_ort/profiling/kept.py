@@ -12,9 +12,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from otel_ort.profiling import chrome
-from otel_ort.profiling.model import Profile
-from otel_ort.profiling.reader import ProfileError, read_profile
+from otel_ort.profiles import chrome
+from otel_ort.profiles.reader import ProfileError, read_profile
+from otel_ort.profiles.records import Profile
 from otel_ort.profiling.store import ProfileStore, RunFiles, remove_files
 
 GZIP_LEVEL = 3

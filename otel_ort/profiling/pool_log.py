@@ -20,8 +20,8 @@ import threading
 
 import numpy as np
 
+from otel_ort._util.forking import renew_locks_in_child
 from otel_ort.failures import report_failure
-from otel_ort.forking import renew_locks_in_child
 from otel_ort.profiling import probe_model
 from otel_ort.profiling.run_options import RunProfilingSwitch
 

@@ -38,11 +38,11 @@ from opentelemetry.metrics import MeterProvider, get_meter
 from opentelemetry.trace import Span
 
 from otel_ort import semconv
-from otel_ort.bounded import Outcome, call_within, seconds_left
-from otel_ort.delivery import flushes
+from otel_ort._util.bounded import Outcome, call_within, seconds_left
+from otel_ort._util.forking import after_fork_in_child
+from otel_ort.export.delivery import flushes
 from otel_ort.failures import report_failure
-from otel_ort.forking import after_fork_in_child
-from otel_ort.options import ProfilingOptions
+from otel_ort.instrumentation.options import ProfilingOptions
 from otel_ort.perf.counting import PerfCounters, Pool
 from otel_ort.profiling.conversion import MAX_DETAIL, Converter, end_span
 from otel_ort.profiling.pool_log import PoolLogs

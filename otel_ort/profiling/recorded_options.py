@@ -18,8 +18,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from otel_ort._util.forking import renew_locks_in_child
 from otel_ort.failures import report_failure
-from otel_ort.forking import renew_locks_in_child
 
 Calls = list[tuple[str, tuple[Any, ...]]]
 

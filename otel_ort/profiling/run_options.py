@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from otel_ort.forking import renew_locks_in_child
+from otel_ort._util.forking import renew_locks_in_child
 from otel_ort.profiling import probe_model
 
 DEFAULT_PREFIX = b"onnxruntime_run_profile"

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from otel_ort.forking import after_fork_in_child
+from otel_ort._util.forking import after_fork_in_child
 
 RUNS_ATTR = "_otel_ort_runs"
 """Where a session's ``SessionRuns`` is kept, in its ``__dict__``."""

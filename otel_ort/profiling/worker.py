@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from otel_ort.bounded import seconds_left
+from otel_ort._util.bounded import seconds_left
 from otel_ort.failures import report_failure
 
 Job = Callable[[], object]

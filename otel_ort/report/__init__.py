@@ -6,7 +6,7 @@ with their perf counters when the file has them, and the run's trace and span id
 styles and data are inline and the page's Content-Security-Policy forbids any fetch, so it
 opens from disk, offline, and never calls out.
 
-Modules: ``model`` turns a read profile (with what ``otel_ort.profiling.enriched`` reads of
+Modules: ``model`` turns a read profile (with what ``otel_ort.profiles.enriched`` reads of
 otel-ort's additions to a kept file) into the page's compact data, ``html`` assembles the
 page from it and ``static/``.
 """
@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from otel_ort.gc_pause import gc_paused
-from otel_ort.profiling import enriched
-from otel_ort.profiling.model import Profile
-from otel_ort.profiling.reader import ProfileError, read_profile
+from otel_ort._util.gc_pause import gc_paused
+from otel_ort.profiles import enriched
+from otel_ort.profiles.reader import ProfileError, read_profile
+from otel_ort.profiles.records import Profile
 from otel_ort.report.html import render_page
-from otel_ort.report.model import DEFAULT_TOP, ReportError, page_data
+from otel_ort.report.page_data import DEFAULT_TOP, ReportError, page_data
 
 __all__ = [
     "DEFAULT_TOP",

@@ -16,7 +16,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from otel_ort.report.model import PageData, ReportError
+from otel_ort.report.page_data import PageData, ReportError
 
 _ASSETS = "static"
 _JSON_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})

@@ -1,0 +1,114 @@
+"""Hand finished spans to a TracerProvider's span processors without losing them to a full queue.
+
+A profile is a burst of thousands of spans at once; the SDK's ``BatchSpanProcessor`` holds
+2048 by default and drops the oldest when a span comes to a full queue. Before each span goes
+to a batch processor whose queue is 7/8 full, the queue is flushed through its exporter in
+this thread (back-pressure: the caller waits, nothing is lost); the last eighth stays free for
+the spans other threads end meanwhile. Only a processor that cannot take spans
+at all (shut down) makes spans count as dropped. Processors with ``take_drafts``
+(:class:`otel_ort.export.profile_export.ProfileExportProcessor`: ``configure()``'s and ``convert``'s
+OTLP exports) take span drafts and encode them themselves, waiting for room in their own
+queue; other processors get every span as a ``ReadableSpan``, except those marked
+``takes_profile_spans = False`` (``otel_ort.configure()``'s processor for request spans,
+whose queue profile bursts must not fill).
+
+This reads the SDK's ``TracerProvider`` internals (its active span processor and, for batch
+processors, the queue): a provider that is not the SDK's cannot take finished spans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+
+from otel_ort.profiles.span_draft import SpanDraft, draft_of, readable
+
+
+class NotSdkTracerProvider(TypeError):
+    """The tracer provider is not the SDK's: finished spans cannot be handed to it."""
+
+
+class SpanDelivery:
+    """Delivers finished spans to the span processors of one SDK TracerProvider."""
+
+    def __init__(self, tracer_provider: object) -> None:
+        active = getattr(tracer_provider, "_active_span_processor", None)
+        if not isinstance(tracer_provider, TracerProvider) or active is None:
+            raise NotSdkTracerProvider(
+                "profile spans need the OpenTelemetry SDK's TracerProvider "
+                f"(opentelemetry.sdk.trace.TracerProvider), got {type(tracer_provider).__name__}"
+            )
+        self._active = active
+
+    def _processors(self) -> Sequence[SpanProcessor]:
+        # the multi-processor's list changes when the user adds a processor: read it each time
+        return _each_processor(self._active)
+
+    def deliver(self, spans: Iterable[ReadableSpan]) -> int:
+        """Give every span to every processor; return how many spans a processor dropped."""
+        spans = list(spans)
+        return self._deliver(spans, lambda: [draft_of(span) for span in spans], lambda: spans)
+
+    def deliver_drafts(self, drafts: Sequence[SpanDraft]) -> int:
+        """Give every span to every processor (otel-ort's encoding ones take the drafts, the
+        others ``ReadableSpan``s, made once); return how many spans a processor dropped."""
+        return self._deliver(drafts, lambda: drafts, lambda: [readable(d) for d in drafts])
+
+    def _deliver(
+        self,
+        spans: Sequence[object],
+        as_drafts: Callable[[], Sequence[SpanDraft]],
+        as_readable: Callable[[], Sequence[ReadableSpan]],
+    ) -> int:
+        dropped: set[int] = set()  # indices: a span two processors dropped is one span lost
+        readable_spans: Sequence[ReadableSpan] | None = None
+        for processor in self._processors():
+            if not getattr(processor, "takes_profile_spans", True):
+                continue
+            take_drafts = getattr(processor, "take_drafts", None)  # encodes them itself
+            if take_drafts is not None:
+                dropped.update(take_drafts(as_drafts()))
+                continue
+            if readable_spans is None:
+                readable_spans = as_readable()
+            dropped.update(_hand(processor, readable_spans))
+        return len(dropped)
+
+
+def _hand(processor: SpanProcessor, spans: Sequence[ReadableSpan]) -> set[int]:
+    """Give ``spans`` to one processor, flushing a batch processor's queue when it is 7/8
+    full; the indices of the spans it dropped."""
+    batch = getattr(processor, "_batch_processor", None)
+    queue = getattr(batch, "_queue", None)
+    capacity = getattr(batch, "_max_queue_size", None)
+    if queue is None or capacity is None:
+        for span in spans:
+            processor.on_end(span)
+        return set()
+    dropped: set[int] = set()
+    room = capacity - max(capacity // 8, 1)  # the rest: for other threads' spans
+    for index, span in enumerate(spans):
+        if len(queue) > room and not getattr(batch, "_shutdown", False):
+            processor.force_flush()  # exports what is queued, in this thread
+        if getattr(batch, "_shutdown", False) or len(queue) >= capacity:
+            dropped.add(index)  # it would ignore the span, or drop the oldest
+        else:
+            processor.on_end(span)
+    return dropped
+
+
+def flushes(tracer_provider: object) -> list[Callable[..., object]]:
+    """The ``force_flush`` of each span processor of an SDK provider, to be run together (the
+    SDK's own flush runs them one after another, so against a collector that is down each
+    waits out its export's retries in turn); else the provider's own, if it has one."""
+    active = getattr(tracer_provider, "_active_span_processor", None)
+    if isinstance(tracer_provider, TracerProvider) and active is not None:
+        return [processor.force_flush for processor in _each_processor(active)]
+    flush = getattr(tracer_provider, "force_flush", None)
+    return [flush] if callable(flush) else []
+
+
+def _each_processor(active: SpanProcessor) -> Sequence[SpanProcessor]:
+    """The processors behind a provider's active (multi-)processor."""
+    return tuple(getattr(active, "_span_processors", (active,)))

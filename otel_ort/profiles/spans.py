@@ -1,0 +1,494 @@
+"""A read profile → finished spans: run → node → kernel, built directly as span drafts.
+
+The SDK's ``start_span``/``end`` costs tens of microseconds per span (sampler, context, attribute
+validation, locks); a profile of thousands of nodes would cost a second of CPU. Profile spans are
+already finished when they are known, so they are built here as
+:class:`~otel_ort.profiles.span_draft.SpanDraft` objects with the TracerProvider's resource, ids
+from its id generator, and attributes that are valid by construction.
+:mod:`otel_ort.export.delivery` hands them to its span processors: otel-ort's OTLP processors
+encode them straight to bytes (:mod:`otel_ort.export.otlp_encoding`), the others get
+``ReadableSpan``s. Span processors' ``on_start`` is not called for them.
+
+The provider's span limits apply (``OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT``,
+``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``), as to its own spans; names from the profile are clipped
+to :data:`otel_ort._util.text_limits.MAX_TEXT` characters whatever they say.
+
+A node that a control-flow node (Loop, If, Scan) runs inside its window is its child span,
+not its sibling. Time: absolute ns = ``profile.start_ns`` + ``ts`` µs. A node span covers its
+Node event, the spans under it and any kernels linked to it (GPU kernels may finish after
+the launching node's CPU window; the node's own duration stays in
+``onnxruntime.node.duration_us``); a run span covers all its children. So every child lies
+inside its parent.
+
+Per run, at most ``max_node_spans`` node and kernel spans, and at most ``max_trace_bytes``
+bytes of them as OTLP protobuf (each span's exact encoded size, framing included): the
+longest nodes are kept with their kernels, then the longest unmatched kernels, while both
+limits allow; the other nodes are summarised per op type on the run span
+(``onnxruntime.run.not_emitted.*``), the kernels left out counted
+(``onnxruntime.run.kernels_not_emitted``), and the limit that left spans out first named
+(``onnxruntime.run.not_emitted.limit``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext
+from opentelemetry.util.types import AttributeValue
+
+from otel_ort import semconv
+from otel_ort._util.gc_pause import gc_paused
+from otel_ort._util.text_limits import clip
+from otel_ort.export.otlp_encoding import ProtobufSpans
+from otel_ort.profiles.records import KernelRecord, NodeRecord, Profile, RunRecord, holders
+from otel_ort.profiles.span_draft import SpanDraft, readable
+from otel_ort.version import __version__
+
+DEFAULT_MAX_NODE_SPANS = 10_000
+"""Jaeger's UI slows down near 40k spans per trace and its default query returns 10k."""
+DEFAULT_MAX_TRACE_BYTES = 4_000_000
+"""Grafana Tempo refuses traces over 5,000,000 bytes by default (``max_bytes_per_trace``):
+this leaves a megabyte for the run span, the request's own spans and the requests' framing."""
+
+PROFILE_SCOPE_NAME = "otel_ort.profile"
+"""The instrumentation scope of node and kernel spans (export pipelines route by it)."""
+_SCOPE = InstrumentationScope(PROFILE_SCOPE_NAME, __version__)
+_SIZE_ARGS = ("output_size", "activation_size", "parameter_size")
+_MAX_SHAPES = 16
+_UNIQUE_KEYS = (semconv.NODE_NAME, semconv.NODE_INDEX, semconv.NODE_DURATION_US)
+"""Attributes whose values rarely repeat: not worth caching their encoding."""
+_LIMIT_SPANS, _LIMIT_BYTES = "max_node_spans", "max_trace_bytes"
+
+
+class SpanBuilder:
+    """Builds span trees from profiles for one TracerProvider."""
+
+    def __init__(
+        self,
+        tracer_provider: TracerProvider,
+        max_node_spans: int = DEFAULT_MAX_NODE_SPANS,
+        max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES,
+    ) -> None:
+        if max_node_spans < 0:
+            raise ValueError(f"max_node_spans must be >= 0, got {max_node_spans}")
+        if max_trace_bytes < 0:
+            raise ValueError(f"max_trace_bytes must be >= 0, got {max_trace_bytes}")
+        self._resource = tracer_provider.resource
+        self._ids = tracer_provider.id_generator
+        limits = tracer_provider._span_limits
+        self._max_attributes = limits.max_span_attributes
+        self._max_length = limits.max_span_attribute_length
+        self.max_node_spans = max_node_spans
+        self.max_trace_bytes = max_trace_bytes
+        self._encoder = ProtobufSpans(_UNIQUE_KEYS)
+
+    def run_tree(
+        self,
+        profile: Profile,
+        run: RunRecord,
+        parent: SpanContext | None = None,
+        run_extra: Mapping[str, AttributeValue] | None = None,
+        node_extra: Sequence[Mapping[str, AttributeValue]] = (),
+        link: SpanContext | None = None,
+    ) -> list[ReadableSpan]:
+        """:meth:`run_drafts` as the SDK's finished spans."""
+        return [
+            readable(draft)
+            for draft in self.run_drafts(profile, run, parent, run_extra, node_extra, link)
+        ]
+
+    def run_drafts(
+        self,
+        profile: Profile,
+        run: RunRecord,
+        parent: SpanContext | None = None,
+        run_extra: Mapping[str, AttributeValue] | None = None,
+        node_extra: Sequence[Mapping[str, AttributeValue]] = (),
+        link: SpanContext | None = None,
+    ) -> list[SpanDraft]:
+        """A run span (child of ``parent``, else the root of a new trace) and its subtree;
+        children first, the run span last. ``run_extra``, ``node_extra``: more attributes
+        for the run span and per node (as in :meth:`node_drafts`), such as perf counts;
+        ``link``: a span the run span links to."""
+        trace_id = parent.trace_id if parent is not None else self._ids.generate_trace_id()
+        run_id = self._ids.generate_span_id()
+        drafts, summary = self.node_drafts(profile, run, trace_id, run_id, node_extra)
+        base = profile.start_ns
+        start = min([base + int(run.ts * 1000)] + [draft.start for draft in drafts])
+        end = max([base + int(run.end * 1000)] + [draft.end for draft in drafts])
+        run_attributes: dict[str, AttributeValue] = {
+            semconv.RUN_PROFILED: True,
+            semconv.PROFILE_FILE: profile.path,
+            semconv.PROFILE_START_SOURCE: profile.start_source,
+            semconv.RUN_INDEX: run.index,
+            **summary,
+            **(run_extra or {}),
+        }
+        if profile.truncated:
+            run_attributes[semconv.PROFILE_TRUNCATED] = True
+        if not run.complete:
+            run_attributes[semconv.RUN_COMPLETE] = False
+        run_draft = self._draft(
+            semconv.SPAN_RUN,
+            trace_id,
+            parent.span_id if parent is not None else 0,
+            run_attributes,
+            start,
+            end,
+        )
+        run_draft.span_id = run_id
+        run_draft.parent_remote = parent is not None and parent.is_remote
+        if link is not None:
+            run_draft.links = (Link(link),)
+        drafts.append(run_draft)
+        return drafts
+
+    def node_drafts(
+        self,
+        profile: Profile,
+        run: RunRecord,
+        trace_id: int,
+        parent_id: int,
+        extra: Sequence[Mapping[str, AttributeValue]] = (),
+    ) -> tuple[list[SpanDraft], dict[str, AttributeValue]]:
+        """Node and kernel spans under the span ``parent_id`` of trace ``trace_id``, and the
+        run-level summary attributes. ``extra``: more attributes per node (in ``run.nodes``
+        order), such as perf counts."""
+        with gc_paused():
+            return self._node_drafts(profile, run, trace_id, parent_id, extra)
+
+    def _node_drafts(
+        self,
+        profile: Profile,
+        run: RunRecord,
+        trace_id: int,
+        parent_id: int,
+        extra: Sequence[Mapping[str, AttributeValue]],
+    ) -> tuple[list[SpanDraft], dict[str, AttributeValue]]:
+        nodes = run.nodes
+        base = profile.start_ns
+        measure = self._encoder.measure
+        node_drafts: list[SpanDraft] = []
+        kernel_drafts: list[list[SpanDraft]] = []
+        sizes: list[int] = []
+        for at, node in enumerate(nodes):
+            attributes = _node_attributes(node)
+            if at < len(extra):
+                attributes.update(extra[at])
+            name = clip(node.name)
+            draft = self._draft(
+                name,
+                trace_id,
+                parent_id,
+                attributes,
+                base + int(node.ts * 1000),
+                base + int(node.end * 1000),
+            )
+            kernels = [
+                self._kernel_draft(k, trace_id, _PLACEHOLDER, base, False) for k in node.kernels
+            ]
+            node_drafts.append(draft)
+            kernel_drafts.append(kernels)
+            sizes.append(measure(draft) + sum(measure(kernel) for kernel in kernels))
+        unmatched = [
+            self._kernel_draft(kernel, trace_id, parent_id, base, True)
+            for kernel in run.unmatched_kernels
+        ]
+        unmatched_sizes = [measure(kernel) for kernel in unmatched]
+        selection = self._select(nodes, sizes, run.unmatched_kernels, unmatched_sizes)
+        shown_unmatched = [unmatched[at] for at in selection.unmatched]
+        emitted = selection.nodes
+        new_id = self._ids.generate_span_id
+        ids = {at: new_id() for at in emitted}
+        held_by = _emitted_holders(holders(nodes), ids)
+        drafts: list[SpanDraft] = []
+        for at in emitted:
+            draft = node_drafts[at]
+            draft.span_id = ids[at]
+            for kernel in kernel_drafts[at]:
+                kernel.span_id, kernel.parent_id = new_id(), draft.span_id
+                drafts.append(kernel)
+                draft.start = min(draft.start, kernel.start)
+                draft.end = max(draft.end, kernel.end)
+        for at in sorted(emitted, key=lambda at: -_depth(at, held_by)):  # held ones first
+            holder = held_by[at]
+            if holder is not None:  # a holder's span holds its nodes' spans
+                held, holding = node_drafts[at], node_drafts[holder]
+                holding.start = min(holding.start, held.start)
+                holding.end = max(holding.end, held.end)
+        for at in emitted:
+            holder = held_by[at]
+            draft = node_drafts[at]
+            draft.parent_id = parent_id if holder is None else ids[holder]
+            drafts.append(draft)
+        for kernel in shown_unmatched:
+            kernel.span_id = new_id()
+            drafts.append(kernel)
+        summary = _summary(run, selection)
+        return drafts, summary
+
+    def _select(
+        self,
+        nodes: list[NodeRecord],
+        sizes: list[int],
+        unmatched: list[KernelRecord],
+        unmatched_sizes: list[int],
+    ) -> _Selection:
+        """Which nodes get spans (their indexes, in order), with their kernels, and which
+        unmatched kernels: the longest nodes first, then the longest unmatched kernels, each
+        taken while both the span count and the byte budget allow it."""
+        spans_left, bytes_left = self.max_node_spans, self.max_trace_bytes
+        kernel_count = sum(len(node.kernels) for node in nodes)
+        total = sum(sizes) + sum(unmatched_sizes)
+        if len(nodes) + kernel_count + len(unmatched) <= spans_left and total <= bytes_left:
+            return _Selection(list(range(len(nodes))), [], list(range(len(unmatched))), "", total)
+        limit = ""
+        kept: list[int] = []
+        for at in sorted(range(len(nodes)), key=lambda at: -nodes[at].dur):
+            cost, size = 1 + len(nodes[at].kernels), sizes[at]
+            if cost <= spans_left and size <= bytes_left:
+                kept.append(at)
+                spans_left, bytes_left = spans_left - cost, bytes_left - size
+            elif not limit:
+                limit = _LIMIT_SPANS if cost > spans_left else _LIMIT_BYTES
+        shown: set[int] = set()
+        for at in sorted(range(len(unmatched)), key=lambda at: -unmatched[at].dur):
+            if spans_left >= 1 and unmatched_sizes[at] <= bytes_left:
+                shown.add(at)
+                spans_left, bytes_left = spans_left - 1, bytes_left - unmatched_sizes[at]
+            elif not limit:
+                limit = _LIMIT_SPANS if spans_left < 1 else _LIMIT_BYTES
+        kept.sort()
+        chosen = set(kept)
+        return _Selection(
+            kept,
+            [at for at in range(len(nodes)) if at not in chosen],
+            sorted(shown),
+            limit,
+            self.max_trace_bytes - bytes_left,
+        )
+
+    def _kernel_draft(
+        self, kernel: KernelRecord, trace_id: int, parent_id: int, base: int, unmatched: bool
+    ) -> SpanDraft:
+        """A kernel's span: under ``parent_id``, the run's span for a kernel no node claims
+        (else a placeholder until its node's span has an id)."""
+        attributes = _kernel_attributes(kernel)
+        if unmatched:
+            attributes[semconv.KERNEL_UNMATCHED] = True
+        start = base + int(kernel.ts * 1000)
+        end = start + int(kernel.dur * 1000)
+        return self._draft(clip(kernel.name), trace_id, parent_id, attributes, start, end)
+
+    def _draft(
+        self,
+        name: str,
+        trace_id: int,
+        parent_id: int,
+        attributes: dict[str, AttributeValue],
+        start: int,
+        end: int,
+    ) -> SpanDraft:
+        """A span with the provider's span limits applied, as the SDK applies them; its span
+        id (and a matched kernel's parent, a placeholder until then) is set once it is
+        chosen."""
+        limit = self._max_attributes
+        dropped = 0
+        limited: Mapping[str, AttributeValue] = attributes
+        if self._max_length is not None or (limit is not None and len(attributes) > limit):
+            limited = BoundedAttributes(
+                limit, attributes, immutable=True, max_value_len=self._max_length
+            )
+            dropped = limited.dropped
+        return SpanDraft(
+            trace_id, 0, parent_id, name, start, end, limited, self._resource, _SCOPE, dropped
+        )
+
+
+_PLACEHOLDER = 1
+"""A parent span id for measuring (every node and kernel span has a parent)."""
+
+
+class _Selection:
+    """What :meth:`SpanBuilder._select` chose."""
+
+    __slots__ = ("emitted_bytes", "left_out", "limit", "nodes", "unmatched")
+
+    def __init__(
+        self, nodes: list[int], left_out: list[int], unmatched: list[int], limit: str, size: int
+    ) -> None:
+        self.nodes = nodes
+        self.left_out = left_out
+        self.unmatched = unmatched
+        self.limit = limit
+        """The limit that left a span out first (``""``: none was left out)."""
+        self.emitted_bytes = size
+
+
+def _summary(run: RunRecord, selection: _Selection) -> dict[str, AttributeValue]:
+    """The run span's account of its nodes and of what was left out."""
+    nodes, left_out = run.nodes, selection.left_out
+    summary: dict[str, AttributeValue] = {
+        semconv.RUN_NODE_COUNT: len(nodes),
+        semconv.RUN_NODES_NOT_EMITTED: len(left_out),
+    }
+    if run.unmatched_kernels:
+        summary[semconv.RUN_UNMATCHED_KERNELS] = len(run.unmatched_kernels)
+    if left_out:
+        summary.update(_left_out_summary([nodes[at] for at in left_out]))
+    kernels = sum(len(nodes[at].kernels) for at in left_out)
+    kernels += len(run.unmatched_kernels) - len(selection.unmatched)
+    if kernels:
+        summary[semconv.RUN_KERNELS_NOT_EMITTED] = kernels
+    if selection.limit == _LIMIT_BYTES:  # the span cap's summary stays as it always was
+        summary[semconv.RUN_NOT_EMITTED_LIMIT] = selection.limit
+        summary[semconv.RUN_EMITTED_BYTES] = selection.emitted_bytes
+    return summary
+
+
+def _left_out_summary(nodes: list[NodeRecord]) -> dict[str, AttributeValue]:
+    count: dict[str, int] = defaultdict(int)
+    total: dict[str, float] = defaultdict(float)
+    for node in nodes:
+        count[node.op_type] += 1
+        total[node.op_type] += node.dur
+    op_types = sorted(count, key=lambda op: total[op], reverse=True)
+    return {
+        semconv.RUN_NOT_EMITTED_OP_TYPES: tuple(clip(op) for op in op_types),
+        semconv.RUN_NOT_EMITTED_COUNTS: tuple(count[op] for op in op_types),
+        semconv.RUN_NOT_EMITTED_DURATIONS_US: tuple(float(total[op]) for op in op_types),
+    }
+
+
+def _emitted_holders(
+    held: list[int | None], emitted: Mapping[int, object]
+) -> dict[int, int | None]:
+    """Each emitted node's nearest holder that is emitted too (its span's parent)."""
+    nearest: dict[int, int | None] = {}
+    for at in emitted:
+        holder = held[at]
+        while holder is not None and holder not in emitted:
+            holder = held[holder]
+        nearest[at] = holder
+    return nearest
+
+
+def _depth(at: int, held_by: Mapping[int, int | None]) -> int:
+    """How many spans hold node ``at``'s span."""
+    depth, holder = 0, held_by[at]
+    while holder is not None:
+        depth, holder = depth + 1, held_by[holder]
+    return depth
+
+
+def _node_attributes(node: NodeRecord) -> dict[str, AttributeValue]:
+    attributes: dict[str, AttributeValue] = {
+        semconv.NODE_NAME: clip(node.name),
+        semconv.NODE_OP_TYPE: clip(node.op_type),
+        semconv.NODE_PROVIDER: clip(node.provider),
+        semconv.NODE_DURATION_US: float(node.dur),
+    }
+    tid = _int(node.tid)
+    if tid is not None:
+        attributes[semconv.THREAD_ID] = tid
+    for key, value in node.args.items():  # one pass: this runs once per node of every profile
+        name = _INT_ARGS.get(key)
+        if name is None and key.startswith("mem_"):
+            name = _INT_ARGS[key] = semconv.NODE_SIZE_PREFIX + key
+        if name is not None:
+            try:  # not contextlib.suppress: it costs 1 us a value, per node
+                number = int(value)
+            except (TypeError, ValueError, OverflowError):  # Infinity, from a file not ORT's
+                continue
+            if _INT64[0] <= number <= _INT64[1]:
+                attributes[name] = number
+        elif key in _SHAPE_ARGS:
+            shapes = _shapes(value)
+            if shapes:
+                attributes[_SHAPE_ARGS[key]] = shapes
+        elif key == "thread_scheduling_stats" and isinstance(value, dict):
+            attributes.update(_thread_summary(value))
+    return attributes
+
+
+# args read as integers: the sizes, ORT's mem_* statistics (added as met), the node index
+_INT_ARGS = {key: semconv.NODE_SIZE_PREFIX + key for key in _SIZE_ARGS}
+_INT_ARGS["node_index"] = semconv.NODE_INDEX
+_INT_ARGS["graph_index"] = semconv.NODE_INDEX  # ORT <= 1.13
+_SHAPE_ARGS = {
+    "input_type_shape": semconv.NODE_INPUT_SHAPES,
+    "output_type_shape": semconv.NODE_OUTPUT_SHAPES,
+}
+
+
+def _shapes(value: Any) -> tuple[str, ...]:
+    """ORT's ``[{"float": [4, 64]}, ...]`` → ``("float[4,64]", ...)``, at most 16 entries."""
+    if not isinstance(value, list):
+        return ()
+    shapes = []
+    for entry in value[:_MAX_SHAPES]:
+        if isinstance(entry, dict):
+            for dtype, dims in entry.items():
+                if isinstance(dims, list):
+                    shapes.append(clip(f"{dtype}[{','.join(map(str, dims))}]"))
+    if len(value) > _MAX_SHAPES:
+        shapes.append(f"+{len(value) - _MAX_SHAPES} more")
+    return tuple(shapes)
+
+
+def _thread_summary(stats: dict[str, Any]) -> dict[str, AttributeValue]:
+    summary: dict[str, AttributeValue] = {}
+    main = stats.get("main_thread")
+    if isinstance(main, dict):
+        if isinstance(main.get("thread_pool_name"), str):
+            summary[semconv.NODE_THREAD_POOL] = clip(main["thread_pool_name"])
+        for key, name in (
+            ("Run", semconv.NODE_MAIN_THREAD_RUN_US),
+            ("Wait", semconv.NODE_MAIN_THREAD_WAIT_US),
+        ):
+            number = _int(main.get(key))
+            if number is not None:
+                summary[name] = number
+    sub_threads = stats.get("sub_threads")
+    if isinstance(sub_threads, dict):
+        runs = [_int(s.get("num_run")) or 0 for s in sub_threads.values() if isinstance(s, dict)]
+        summary[semconv.NODE_THREADS_USED] = 1 + sum(1 for n in runs if n > 0)
+        summary[semconv.NODE_THREAD_TASKS] = min(sum(runs), _INT64[1])
+    return summary
+
+
+def _kernel_attributes(kernel: KernelRecord) -> dict[str, AttributeValue]:
+    args = kernel.args
+    attributes: dict[str, AttributeValue] = {semconv.KERNEL_NAME: clip(kernel.name)}
+    if isinstance(args.get("op_name"), str):
+        attributes[semconv.KERNEL_OP_NAME] = clip(args["op_name"])
+    for prefix, name in (("grid_", semconv.KERNEL_GRID), ("block_", semconv.KERNEL_BLOCK)):
+        dims = [_int(args.get(prefix + axis)) for axis in "xyz"]
+        if all(d is not None for d in dims):
+            attributes[name] = tuple(d for d in dims if d is not None)
+    stream = _int(args.get("stream"))
+    if stream is not None:
+        attributes[semconv.KERNEL_STREAM] = stream
+    return attributes
+
+
+def _int(value: Any) -> int | None:
+    """ORT writes numbers in args as JSON strings (``"1024"``) or numbers; ``None`` for one
+    OTLP cannot carry (a file not ORT's)."""
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            return None
+    if type(value) is int and _INT64[0] <= value <= _INT64[1]:
+        return value
+    return None
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+"""The integers OTLP carries."""
