@@ -32,15 +32,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_ort import configure, flush_profiles, profile_next_run, semconv
 from otel_ort.demo_model import mlp_model
+from otel_ort.export.configure import Telemetry
 from otel_ort.export.delivery import SpanDelivery
-from otel_ort.export.pipeline import (
-    CountingSpanExporter,
-    DropCounter,
-    Endpoint,
-    RequestSpanProcessor,
-    Telemetry,
-    delivery_report,
-)
+from otel_ort.export.drops import DropCounter
+from otel_ort.export.endpoint import CountingSpanExporter, Endpoint, delivery_report
+from otel_ort.export.processors import RequestSpanProcessor
 from otel_ort.export.profile_export import ProfileExportProcessor
 from otel_ort.instrumentation import wait_for_profiles
 from otel_ort.profiles.spans import PROFILE_SCOPE_NAME
@@ -277,6 +273,24 @@ def test_a_bad_metrics_protocol_fails_before_any_exporter_thread_starts(
         ):
             configure(endpoint=f"http://127.0.0.1:{free_port()}", set_global=False)
     assert set(threading.enumerate()) <= before
+
+
+def test_shutdown_exports_a_profiled_run_still_being_converted(tmp_path: Path) -> None:
+    """A profiled run's spans come from the profile worker: shutdown first waits for it (the
+    wait the package registers with it), with no flush_profiles() before."""
+    depth = 20
+    with OtlpReceiver() as receiver:
+        telemetry = configure(endpoint=receiver.grpc_endpoint, set_global=False)
+        options = {"tracer_provider": telemetry.tracer_provider, "profile_dir": tmp_path / "p"}
+        with instrumentation(**options):
+            session = ort.InferenceSession(mlp_model(8, depth), providers=["CPUExecutionProvider"])
+            with profile_next_run():
+                session.run(None, {"x": np.ones((1, 8), np.float32)})
+            telemetry.shutdown(timeout=30)
+        received = receiver.spans()
+    assert telemetry.dropped() == {}
+    assert Counter(span.name for _, span in received)[semconv.SPAN_RUN] == 1
+    assert len(received) == 1 + 1 + depth  # the session's span, the run's, its node spans
 
 
 def test_a_profile_burst_does_not_evict_request_spans(

@@ -21,8 +21,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_ort import failures, flush_profiles, profile_next_run, semconv
 from otel_ort._util import forking
+from otel_ort.export.endpoint import CountingSpanExporter, Endpoint
 from otel_ort.export.otlp_json_file import OtlpJsonFileSpanExporter
-from otel_ort.export.pipeline import CountingSpanExporter, Endpoint
 from otel_ort.instrumentation import session_facts
 from otel_ort.perf import pfm
 from otel_ort.profiling import recorded_options, run_options

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcSpanExporter,
 )
@@ -21,6 +22,7 @@ from tests.helpers.example_spans import attributes_of
 from tests.helpers.otlp_receiver import OtlpReceiver
 
 
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_run_spans_reach_a_real_otlp_receiver(protocol: str, mlp_path: Path) -> None:
     with OtlpReceiver() as receiver:
         exporter: SpanExporter

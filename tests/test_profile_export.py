@@ -19,9 +19,10 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_ort import semconv
 from otel_ort.export.delivery import SpanDelivery
+from otel_ort.export.drops import DropCounter
+from otel_ort.export.endpoint import CountingSpanExporter, Endpoint
 from otel_ort.export.otlp_encoding import ProtobufSpans
 from otel_ort.export.otlp_transport import Encoded, encoded_span_exporter
-from otel_ort.export.pipeline import CountingSpanExporter, DropCounter, Endpoint
 from otel_ort.export.profile_export import ProfileExportProcessor
 from otel_ort.profiles import read_profile
 from otel_ort.profiles.span_draft import SpanDraft

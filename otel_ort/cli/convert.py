@@ -26,10 +26,10 @@ from otel_ort import semconv
 from otel_ort.cli.console import render_span_tree
 from otel_ort.cli.tables import printable
 from otel_ort.export.delivery import SpanDelivery
+from otel_ort.export.endpoint import CountingSpanExporter, Endpoint, delivery_report
 from otel_ort.export.otlp_encoding import JsonSpans, ProtobufSpans
 from otel_ort.export.otlp_json_file import OtlpJsonFileSpanExporter
 from otel_ort.export.otlp_transport import encoded_span_exporter
-from otel_ort.export.pipeline import CountingSpanExporter, Endpoint, delivery_report
 from otel_ort.export.profile_export import ProfileExportProcessor
 from otel_ort.perf.tracks import counters
 from otel_ort.profiles import Profile, ProfileError, read_profile

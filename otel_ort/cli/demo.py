@@ -37,8 +37,8 @@ from otel_ort import semconv
 from otel_ort.cli.console import render_span_tree
 from otel_ort.cli.tables import format_table
 from otel_ort.demo_model import mlp_model
+from otel_ort.export.configure import Telemetry, configure
 from otel_ort.export.otlp_json_file import OtlpJsonFileSpanExporter
-from otel_ort.export.pipeline import Telemetry, configure
 from otel_ort.instrumentation import OrtInstrumentor, flush_profiles
 from otel_ort.profiles.chrome import VIEWERS
 from otel_ort.profiles.reader import ProfileError, read_profile

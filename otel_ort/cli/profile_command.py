@@ -40,12 +40,8 @@ from otel_ort.cli.model_inputs import (
 )
 from otel_ort.cli.tables import plural, printable
 from otel_ort.export.delivery import SpanDelivery
-from otel_ort.export.pipeline import (
-    CountingSpanExporter,
-    Endpoint,
-    delivery_report,
-    otlp_span_exporter,
-)
+from otel_ort.export.endpoint import CountingSpanExporter, Endpoint, delivery_report
+from otel_ort.export.otlp_exporters import otlp_span_exporter
 from otel_ort.instrumentation.options import PerfOptions, perf_options
 from otel_ort.perf.counting import Counting, PerfCounters, Pool, RawRun
 from otel_ort.perf.report import ProfileCounts, count_profile

@@ -13,15 +13,24 @@ queue; other processors get every span as a ``ReadableSpan``, except those marke
 whose queue profile bursts must not fill).
 
 This reads the SDK's ``TracerProvider`` internals (its active span processor and, for batch
-processors, the queue): a provider that is not the SDK's cannot take finished spans.
+processors, the queue: :mod:`otel_ort.export.sdk_internals`): a provider that is not the SDK's
+cannot take finished spans.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
+from otel_ort.export.sdk_internals import (
+    active_span_processor,
+    batch_engine,
+    batch_queue,
+    engine_shut_down,
+    queue_capacity,
+    span_processors,
+)
 from otel_ort.profiles.span_draft import SpanDraft, draft_of, readable
 
 
@@ -33,8 +42,8 @@ class SpanDelivery:
     """Delivers finished spans to the span processors of one SDK TracerProvider."""
 
     def __init__(self, tracer_provider: object) -> None:
-        active = getattr(tracer_provider, "_active_span_processor", None)
-        if not isinstance(tracer_provider, TracerProvider) or active is None:
+        active = active_span_processor(tracer_provider)
+        if active is None:
             raise NotSdkTracerProvider(
                 "profile spans need the OpenTelemetry SDK's TracerProvider "
                 f"(opentelemetry.sdk.trace.TracerProvider), got {type(tracer_provider).__name__}"
@@ -43,7 +52,7 @@ class SpanDelivery:
 
     def _processors(self) -> Sequence[SpanProcessor]:
         # the multi-processor's list changes when the user adds a processor: read it each time
-        return _each_processor(self._active)
+        return span_processors(self._active)
 
     def deliver(self, spans: Iterable[ReadableSpan]) -> int:
         """Give every span to every processor; return how many spans a processor dropped."""
@@ -79,9 +88,9 @@ class SpanDelivery:
 def _hand(processor: SpanProcessor, spans: Sequence[ReadableSpan]) -> set[int]:
     """Give ``spans`` to one processor, flushing a batch processor's queue when it is 7/8
     full; the indices of the spans it dropped."""
-    batch = getattr(processor, "_batch_processor", None)
-    queue = getattr(batch, "_queue", None)
-    capacity = getattr(batch, "_max_queue_size", None)
+    batch = batch_engine(processor)
+    queue = batch_queue(batch)
+    capacity = queue_capacity(batch)
     if queue is None or capacity is None:
         for span in spans:
             processor.on_end(span)
@@ -89,9 +98,9 @@ def _hand(processor: SpanProcessor, spans: Sequence[ReadableSpan]) -> set[int]:
     dropped: set[int] = set()
     room = capacity - max(capacity // 8, 1)  # the rest: for other threads' spans
     for index, span in enumerate(spans):
-        if len(queue) > room and not getattr(batch, "_shutdown", False):
+        if len(queue) > room and not engine_shut_down(batch):
             processor.force_flush()  # exports what is queued, in this thread
-        if getattr(batch, "_shutdown", False) or len(queue) >= capacity:
+        if engine_shut_down(batch) or len(queue) >= capacity:
             dropped.add(index)  # it would ignore the span, or drop the oldest
         else:
             processor.on_end(span)
@@ -102,13 +111,8 @@ def flushes(tracer_provider: object) -> list[Callable[..., object]]:
     """The ``force_flush`` of each span processor of an SDK provider, to be run together (the
     SDK's own flush runs them one after another, so against a collector that is down each
     waits out its export's retries in turn); else the provider's own, if it has one."""
-    active = getattr(tracer_provider, "_active_span_processor", None)
-    if isinstance(tracer_provider, TracerProvider) and active is not None:
-        return [processor.force_flush for processor in _each_processor(active)]
+    active = active_span_processor(tracer_provider)
+    if active is not None:
+        return [processor.force_flush for processor in span_processors(active)]
     flush = getattr(tracer_provider, "force_flush", None)
     return [flush] if callable(flush) else []
-
-
-def _each_processor(active: SpanProcessor) -> Sequence[SpanProcessor]:
-    """The processors behind a provider's active (multi-)processor."""
-    return tuple(getattr(active, "_span_processors", (active,)))

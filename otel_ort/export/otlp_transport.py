@@ -3,8 +3,10 @@
 Profile spans are encoded by otel-ort (:mod:`otel_ort.export.otlp_encoding`); their requests go out
 through the standard exporters, so that every ``OTEL_EXPORTER_OTLP_*`` setting (endpoint,
 headers, compression, TLS, timeout) and the SDK's retries keep working. Those exporters take
-only SDK spans, so this module reads their private parts, and it is the only one that does;
-``tests/test_profile_export.py`` holds a contract test for each read:
+only SDK spans, so this module uses their private parts: it overrides three gRPC methods by
+name (``tests/test_profile_export.py`` checks the SDK still has them), and reads the others
+through :mod:`otel_ort.export.sdk_internals` (each with a contract test in
+``tests/test_sdk_internals.py``):
 
 - gRPC (``OTLPExporterMixin``): ``_export(data)`` (its retry loop) calls
   ``_translate_data(data)`` and ``_count_data(data)``, and sends through ``_client.Export``,
@@ -17,12 +19,19 @@ only SDK spans, so this module reads their private parts, and it is the only one
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_ort.export.otlp_encoding import ProtobufSpans
+from otel_ort.export.sdk_internals import (
+    grpc_channel,
+    grpc_export,
+    http_post,
+    http_shut_down,
+    set_grpc_stub,
+)
 from otel_ort.profiles.span_draft import draft_of
 
 _EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -99,8 +108,9 @@ def _grpc_class() -> type:
 
         def _initialize_channel_and_stub(self) -> None:
             super()._initialize_channel_and_stub()  # type: ignore[no-untyped-call]
-            stub = _BytesStub(self._channel, ExportTraceServiceResponse.FromString)
-            self._client = cast(Any, stub)
+            set_grpc_stub(
+                self, _BytesStub(grpc_channel(self), ExportTraceServiceResponse.FromString)
+            )
 
         def _translate_data(self, data: Any) -> Any:
             if not isinstance(data, Encoded):
@@ -112,8 +122,7 @@ def _grpc_class() -> type:
 
         def export_encoded(self, batch: Encoded) -> SpanExportResult:
             """Send an encoded request (the SDK's retries, timeout, headers, compression)."""
-            result: SpanExportResult = self._export(cast(Any, batch))
-            return result
+            return grpc_export(self, batch)
 
     made = _CLASSES["grpc"] = EncodedGrpcSpanExporter
     return made
@@ -131,10 +140,10 @@ def _http_class() -> type:
 
         def export_encoded(self, batch: Encoded) -> SpanExportResult:
             """Send an encoded request (the SDK's retries, timeout, headers, compression)."""
-            if self._shutdown:
+            if http_shut_down(self):
                 return SpanExportResult.FAILURE
-            sent = self._client.export(batch.request)
-            return SpanExportResult.SUCCESS if sent.success else SpanExportResult.FAILURE
+            sent = http_post(self, batch.request)
+            return SpanExportResult.SUCCESS if sent else SpanExportResult.FAILURE
 
     made = _CLASSES["http"] = EncodedHttpSpanExporter
     return made

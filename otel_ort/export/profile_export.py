@@ -35,7 +35,7 @@ MAX_BATCH_BYTES = 1 << 20
 
 
 class Drops(Protocol):
-    """Where dropped spans are counted (``otel_ort.export.pipeline.DropCounter``)."""
+    """Where dropped spans are counted (``otel_ort.export.drops.DropCounter``)."""
 
     def add(self, stream: str, reason: str, count: int, why: str) -> None: ...
 
