@@ -33,6 +33,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, sampling, semconv
 from otel_ort.failures import failure_counts
+from otel_ort.instrumentation import wait_for_profiles
 from otel_ort.profiling import recorded_options
 from otel_ort.profiling.run_options import run_profiling_switch
 from otel_ort.profiling.store import ProfileDirError
@@ -528,6 +529,57 @@ def test_retention_and_counts(telemetry: Telemetry, tmp_path: Path, mlp_path: Pa
     }
     assert points == {"profiled": 5}
     assert sum(p.value for p in telemetry.points(semconv.METRIC_PROFILE_FILES_DELETED)) == 3
+
+
+def test_every_instrument_is_made_once_from_the_meter_provider_given(
+    telemetry: Telemetry, tmp_path: Path, mlp_path: Path
+) -> None:
+    """instrument()'s four instruments (otel_ort.metrics.Instruments) record into its meter
+    provider, under the scope otel_ort, each with its unit and description: runs, profiled
+    runs, node spans a shut-down processor could not take, files deleted by retention."""
+    shut = BatchSpanProcessor(InMemorySpanExporter())
+    shut.shutdown()  # type: ignore[no-untyped-call]
+    telemetry.tracer_provider.add_span_processor(shut)  # it takes no span: each one is dropped
+    with instrumentation(
+        **telemetry.providers,
+        profile_sampler=Always(),
+        profile_dir=str(tmp_path),
+        profile_max_files=1,
+    ):
+        session = ort.InferenceSession(mlp_path, providers=CPU)
+        for _ in range(2):
+            session.run(None, X)
+        assert wait_for_profiles(60)  # (a flush would fail: the shut processor's)
+        counts = profiled_run_counts()
+    data = telemetry.metric_reader.get_metrics_data()
+    assert data is not None
+    found = {
+        (scope.scope.name, metric.name): (metric.unit, metric.description)
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    assert found == {
+        ("otel_ort", semconv.METRIC_RUN_DURATION): (
+            "s",
+            "Duration of ONNX Runtime inference runs.",
+        ),
+        ("otel_ort", semconv.METRIC_PROFILE_RUNS): (
+            "{run}",
+            "Runs selected for profiling, by outcome.",
+        ),
+        ("otel_ort", semconv.METRIC_PROFILE_SPANS_DROPPED): (
+            "{span}",
+            "Profile spans that were dropped.",
+        ),
+        ("otel_ort", semconv.METRIC_PROFILE_FILES_DELETED): (
+            "{file}",
+            "Profile files deleted by retention.",
+        ),
+    }
+    dropped = telemetry.points(semconv.METRIC_PROFILE_SPANS_DROPPED)
+    assert counts["spans_dropped"] > 0 and sum(p.value for p in dropped) == counts["spans_dropped"]
+    assert sum(p.value for p in telemetry.points(semconv.METRIC_PROFILE_FILES_DELETED)) == 1
 
 
 def test_tensor_contents_never_reach_files_or_spans(

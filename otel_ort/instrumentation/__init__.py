@@ -17,6 +17,7 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
 )
 
 from otel_ort.instrumentation.method_patches import Patch, patch, restore
+from otel_ort.instrumentation.metrics import Instruments
 from otel_ort.instrumentation.options import BASE_KEYS, Options, parse_options
 from otel_ort.instrumentation.session_creation import init_method
 from otel_ort.instrumentation.wrappers import RUN_METHODS, RunTelemetry
@@ -57,14 +58,15 @@ class OrtInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _instrument(self, *, options: Options, **_: Any) -> None:
         from onnxruntime.capi import onnxruntime_inference_collection as collection
 
+        instruments = Instruments(options.meter_provider)  # every metric instrument, once
         profiler = None
         if options.profiling.mode != "off":
             from otel_ort.profiling.profiler import Profiler
 
-            profiler = Profiler(options.profiling, options.tracer_provider, options.meter_provider)
+            profiler = Profiler(options.profiling, instruments, options.tracer_provider)
             install_recorders(collection.C)
         self._profiler = profiler
-        telemetry = self._telemetry = RunTelemetry(options, profiler)
+        telemetry = self._telemetry = RunTelemetry(options, instruments, profiler)
         made = [patch(collection.InferenceSession, "__init__", partial(init_method, telemetry))]
         for method in RUN_METHODS:
             made.append(patch(collection.Session, method, partial(telemetry.run_method, method)))

@@ -30,13 +30,13 @@ from opentelemetry.baggage import _BAGGAGE_KEY
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.instrumentation.utils import _SUPPRESS_INSTRUMENTATION_KEY_PLAIN
-from opentelemetry.metrics import NoOpHistogram, get_meter
+from opentelemetry.metrics import NoOpHistogram
 from opentelemetry.trace import NoOpTracer, Span, SpanKind, get_tracer
 
 from otel_ort import semconv
 from otel_ort.failures import report_failure
 from otel_ort.instrumentation.feeds import describe_feeds
-from otel_ort.instrumentation.metrics import run_duration_histogram
+from otel_ort.instrumentation.metrics import Instruments
 from otel_ort.instrumentation.options import Options
 from otel_ort.instrumentation.profiled_runs import failed, finish_profiled, prepared, run_profiled
 from otel_ort.instrumentation.run_outcome import (
@@ -146,14 +146,15 @@ def _facts(session: Any) -> SessionFacts:
 
 
 class RunTelemetry:
-    """The tracer, histogram and hooks of one ``instrument()`` call, and the wrappers using them."""
+    """The tracer, histogram and hooks of one ``instrument()`` call, and the wrappers using them
+    (the histogram is ``instruments.run_duration``, made by ``instrument()``)."""
 
-    def __init__(self, options: Options, profiler: Profiler | None = None) -> None:
+    def __init__(
+        self, options: Options, instruments: Instruments, profiler: Profiler | None = None
+    ) -> None:
         self.profiler = profiler
         self.tracer = get_tracer("otel_ort", __version__, options.tracer_provider)
-        duration = run_duration_histogram(
-            get_meter("otel_ort", __version__, options.meter_provider)
-        )
+        duration = instruments.run_duration
         self._outcome = RunOutcome(duration, options.response_hook)
         self._request_hook = options.request_hook
         self._current = _context_getter()
