@@ -90,8 +90,8 @@ class AppMetric:
     attributes: tuple[str, ...]
 
 
-# What otel-ort records (otel_ort/instrumentation/metrics.py, otel_ort/profiling/profiler.py,
-# the export pipeline)
+# What otel-ort records (otel_ort/instrumentation/metrics.py's Instruments, and the export
+# pipeline's drop counter, otel_ort/export/drops.py)
 APP_METRICS = (
     AppMetric(
         semconv.METRIC_RUN_DURATION,
