@@ -7,7 +7,10 @@ copied from a real ORT Node event): ``json.load`` of the file (the baseline); re
 drafts (``read_profile`` + ``SpanBuilder``); drafts → OTLP bytes (otel-ort's encoder, with
 the default byte budget and without one) against the SDK's path (``ReadableSpan`` +
 ``encode_spans`` + ``SerializeToString``); the live worker's path (read, attributes, encode,
-hand to ``configure()``'s profile processor) per node; and ``otel-ort convert`` to a local
+hand to ``configure()``'s profile processor, the garbage collector paused as the worker pauses
+it) per node, with a new span builder and with one that converted the same file before (its
+caches warm, as the worker's are from a model's second profiled run on); and ``otel-ort
+convert`` to a local
 OTLP receiver (``tests/helpers/otlp_receiver.py``) in a subprocess, as the marginal wall time over a
 one-node file. CPU seconds (``time.process_time``), medians. Targets: end-to-end marginal
 cost <= 5x the ``json.load``; <= 15 us of CPU per node in the worker path.
@@ -29,18 +32,20 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from otel_ort._util.gc_pause import gc_paused
 from otel_ort.cli.tables import format_table
 from otel_ort.export.delivery import SpanDelivery
 from otel_ort.export.otlp_encoding import ProtobufSpans
 from otel_ort.export.otlp_transport import Encoded
 from otel_ort.export.profile_export import ProfileExportProcessor
 from otel_ort.profiles import read_profile
-from otel_ort.profiles.span_draft import SpanDraft, readable
+from otel_ort.profiles.span_draft import DeferredAttributes, SpanDraft, readable
 from otel_ort.profiles.spans import SpanBuilder
 from tests.helpers.otlp_receiver import OtlpReceiver
 from tests.helpers.profiles import session_level_profile
 
 NO_BUDGET = 1 << 62
+WARM = "worker, the same model again (caches warm)"
 
 
 class NullEncodedExporter:
@@ -100,15 +105,18 @@ def sdk_encode(drafts: list[SpanDraft]) -> int:
     return len(encode_spans([readable(draft) for draft in drafts]).SerializeToString())
 
 
-def worker_path(path: Path) -> None:
-    """What the profile worker does per profiled run with configure()'s pipeline."""
+def worker_path(path: Path, builder: SpanBuilder | None = None) -> None:
+    """What the profile worker does per profiled run with configure()'s pipeline; with
+    ``builder``, one that converted the same model before (its caches warm, as the live
+    worker's are from a model's second profiled run on)."""
     provider = TracerProvider()
     exporter = NullEncodedExporter()
     processor = ProfileExportProcessor(exporter, ProtobufSpans())
     provider.add_span_processor(processor)
-    builder, delivery = SpanBuilder(provider), SpanDelivery(provider)
-    profile = read_profile(path, start_ns=time.time_ns())
-    drafts, _ = builder.node_drafts(profile, profile.runs[0], 1, 1)
+    builder, delivery = builder or SpanBuilder(provider), SpanDelivery(provider)
+    with gc_paused():  # as the worker's conversion
+        profile = read_profile(path, start_ns=time.time_ns())
+        drafts, _ = builder.node_drafts(profile, profile.runs[0], 1, 1)
     delivery.deliver_drafts(drafts)
     processor.force_flush()
     processor.shutdown()
@@ -148,8 +156,13 @@ def main(argv: list[str] | None = None) -> int:
         tiny = large_profile(Path(directory), 1)
         megabytes = path.stat().st_size / 1e6
         full, cut = drafts_of(path, NO_BUDGET), drafts_of(path, 4_000_000)
+        for draft in (*full, *cut):  # let the profile go: a larger heap slows json.load's GC
+            if isinstance(draft.attributes, DeferredAttributes):
+                draft.attributes.resolved()
         sizes["all spans"], sizes["default budget"] = encode(full), encode(cut)
         sizes["spans kept"] = len(cut)
+        warm = SpanBuilder(TracerProvider())
+        worker_path(path, warm)
         for repeat in range(args.repeats):
             timed("json.load of the file", lambda: json_load(path))
             timed("read -> span drafts (default budget)", lambda: drafts_of(path, 4_000_000))
@@ -157,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             timed("drafts -> OTLP bytes (all spans)", lambda: encode(full))
             timed("SDK: ReadableSpans -> encode_spans -> bytes (all)", lambda: sdk_encode(full))
             timed("worker: read + attributes + encode + hand over", lambda: worker_path(path))
+            timed(WARM, lambda: worker_path(path, warm))
             big, small = (
                 convert_wall(path, receiver.grpc_endpoint),
                 convert_wall(tiny, receiver.grpc_endpoint),
@@ -184,9 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     verdict = {True: "met", False: "MISSED"}
     marginal = median["convert to OTLP receiver: marginal wall"] / baseline
     per_node = median["worker: read + attributes + encode + hand over"] / args.nodes * 1e6
+    warm_per_node = median[WARM] / args.nodes * 1e6
     print(
         f"end-to-end marginal <= 5x json.load: {verdict[marginal <= 5]} ({marginal:.1f}x); "
-        f"worker <= 15 us per node: {verdict[per_node <= 15]} ({per_node:.1f} us)"
+        f"worker <= 15 us per node: {verdict[per_node <= 15]} ({per_node:.1f} us; "
+        f"{warm_per_node:.1f} us with its caches warm)"
     )
     return 0
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from math import isnan
+from typing import Any
 
 from opentelemetry.util.types import AttributeValue
 
@@ -27,11 +28,18 @@ class ProfileCounts:
     problems: tuple[str, ...]
     """What this run's counts lack (also in the run's ``perf.unavailable``, after the events
     that are never counted here)."""
+    tracks: Callable[[], list[dict[str, Any]]] = field(default=list)
+    """The counter tracks' events, made when called (``count_profile(add_tracks=False)``:
+    the caller adds them to the profile's events itself); else none."""
 
 
-def count_profile(perf: PerfCounters, profile: Profile, raw: RawRun) -> ProfileCounts:
+def count_profile(
+    perf: PerfCounters, profile: Profile, raw: RawRun, *, add_tracks: bool = True
+) -> ProfileCounts:
     """Attribute ``raw`` to the nodes of ``profile``'s one run, add the counter tracks to its
-    events and move its start to where the counts place the run (``RunCounts.late_ns``)."""
+    events and move its start to where the counts place the run (``RunCounts.late_ns``).
+    ``add_tracks=False``: the tracks are left to ``ProfileCounts.tracks`` (the worker makes
+    them just before it writes the kept file, with the garbage collector paused)."""
     windows_us = [(node.ts, node.end) for node in profile.runs[0].nodes]
     problems: list[str] = []
     # the parallel executor's nodes overlap: counts per run only (a control-flow node holding
@@ -44,10 +52,15 @@ def count_profile(perf: PerfCounters, profile: Profile, raw: RawRun) -> ProfileC
     counts = perf.attribute(raw, windows)
     profile.start_ns += counts.late_ns  # the spans and the kept file start there too
     pid = next((e["pid"] for e in profile.events if isinstance(e, dict) and "pid" in e), 0)
-    profile.events.extend(counter_events(counts, windows_us, pid))
+
+    def tracks() -> list[dict[str, Any]]:
+        return counter_events(counts, windows_us, pid)
+
+    if add_tracks:
+        profile.events.extend(tracks())
     nodes = node_attributes(counts) if windows else []
     run = run_attributes(counts, [*perf.unavailable_events, *problems])
-    return ProfileCounts(run, nodes, (*problems, *counts.problems))
+    return ProfileCounts(run, nodes, (*problems, *counts.problems), list if add_tracks else tracks)
 
 
 def _overlapping(windows: list[tuple[float, float]]) -> bool:
@@ -82,8 +95,9 @@ def node_attributes(counts: RunCounts) -> list[dict[str, AttributeValue]]:
         if len(threads) > 1:
             tids = sorted(threads)
             attributes[semconv.PERF_THREAD_IDS] = tids
+            per_thread = [threads[tid] for tid in tids]
             for alias in values:
-                split = [threads[tid].get(alias, math.nan) for tid in tids]
+                split = [each.get(alias, math.nan) for each in per_thread]
                 if not any(isnan(value) for value in split):
                     key = keys.get(alias) or keys.setdefault(alias, _keys(alias))
                     attributes[key[1]] = [round(value) for value in split]

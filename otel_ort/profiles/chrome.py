@@ -11,7 +11,7 @@ clicking the run in a viewer shows which trace it belongs to.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -31,11 +31,18 @@ def enrich(
     other_data: Mapping[str, Any],
     process_name: str,
     thread_names: Mapping[int, str],
+    tracks: Sequence[Mapping[str, Any]] = (),
 ) -> bytes:
-    """The enriched file's bytes from ORT's events (as read). ``thread_names`` maps OS
-    thread ids to names; other threads get a generic one."""
+    """The enriched file's bytes from ORT's events (as read), then ``tracks``: counter
+    events (``"ph": "C"``) of one process, such as ``perf.tracks.counter_events`` makes, as if
+    they ended ``events`` (only the first is looked at). ``thread_names`` maps OS thread ids
+    to names; other threads get a generic one."""
     pids: set[int] = set()
     tids: set[tuple[int, int]] = set()
+    if tracks:
+        pid, tid = tracks[0].get("pid"), tracks[0].get("tid")
+        if isinstance(pid, int) and isinstance(tid, int):
+            pids.add(pid)
     for event in events:
         if not isinstance(event, dict):
             continue
@@ -56,7 +63,11 @@ def enrich(
         if pid == _GPU_PID:
             continue
         metadata.append(_meta("thread_name", pid, tid, thread_names.get(tid, f"ORT thread {tid}")))
-    enriched = {"traceEvents": metadata + events, "displayTimeUnit": "ms", "otherData": other_data}
+    enriched = {
+        "traceEvents": [*metadata, *events, *tracks],
+        "displayTimeUnit": "ms",
+        "otherData": other_data,
+    }
     try:
         return orjson.dumps(enriched)  # several times faster than json, on the worker's path
     except orjson.JSONEncodeError:  # what only json writes (an integer over 64 bits)

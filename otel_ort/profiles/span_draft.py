@@ -8,7 +8,8 @@ both sinks give the same span: :func:`readable` and :func:`draft_of` are inverse
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, ItemsView, Iterator, Mapping, Sequence
+from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -92,18 +93,56 @@ class SpanDraft:
         (attributes to flags), once measured: the parts that do not depend on ids or times."""
 
 
+class DeferredAttributes(Mapping[str, AttributeValue]):
+    """A span's attributes made only when read: a node span encoded straight to protobuf
+    needs its dict only for the user's span processors, OTLP/JSON or span limits."""
+
+    __slots__ = ("_args", "_made", "_make")
+
+    def __init__(self, make: Callable[..., dict[str, AttributeValue]], *args: Any) -> None:
+        self._make = make
+        self._args = args
+        self._made: dict[str, AttributeValue] | None = None
+
+    def resolved(self) -> dict[str, AttributeValue]:
+        """The attributes, made on the first call."""
+        made = self._made
+        if made is None:
+            made = self._made = self._make(*self._args)
+            self._args = ()
+        return made
+
+    def __getitem__(self, key: str) -> AttributeValue:
+        return self.resolved()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.resolved())
+
+    def __len__(self) -> int:
+        return len(self.resolved())
+
+    def items(self) -> ItemsView[str, AttributeValue]:
+        return self.resolved().items()
+
+    def __repr__(self) -> str:
+        return repr(self.resolved())
+
+
 def readable(draft: SpanDraft) -> ReadableSpan:
     """The draft as the SDK's finished span (span processors and exporters take these)."""
     context = SpanContext(draft.trace_id, draft.span_id, False, _SAMPLED, draft.trace_state)
     parent = None
     if draft.parent_id:
         parent = SpanContext(draft.trace_id, draft.parent_id, draft.parent_remote, _SAMPLED)
+    attributes = draft.attributes
+    if isinstance(attributes, DeferredAttributes):
+        attributes = attributes.resolved()
     return ReadableSpan(
         name=draft.name,
         context=context,
         parent=parent,
         resource=draft.resource,
-        attributes=draft.attributes,
+        attributes=attributes,
         events=draft.events,
         links=draft.links,
         kind=draft.kind,

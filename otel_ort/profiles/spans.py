@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -45,8 +44,10 @@ from otel_ort import semconv
 from otel_ort._util.gc_pause import gc_paused
 from otel_ort._util.text_limits import clip
 from otel_ort.export.otlp_encoding import ProtobufSpans
+from otel_ort.profiles.node_attributes import int_value, node_attributes
+from otel_ort.profiles.node_encoding import NodeEncoder
 from otel_ort.profiles.records import KernelRecord, NodeRecord, Profile, RunRecord, holders
-from otel_ort.profiles.span_draft import SpanDraft, readable
+from otel_ort.profiles.span_draft import DeferredAttributes, SpanDraft, readable
 from otel_ort.version import __version__
 
 DEFAULT_MAX_NODE_SPANS = 10_000
@@ -58,8 +59,6 @@ this leaves a megabyte for the run span, the request's own spans and the request
 PROFILE_SCOPE_NAME = "otel_ort.profile"
 """The instrumentation scope of node and kernel spans (export pipelines route by it)."""
 _SCOPE = InstrumentationScope(PROFILE_SCOPE_NAME, __version__)
-_SIZE_ARGS = ("output_size", "activation_size", "parameter_size")
-_MAX_SHAPES = 16
 _UNIQUE_KEYS = (semconv.NODE_NAME, semconv.NODE_INDEX, semconv.NODE_DURATION_US)
 """Attributes whose values rarely repeat: not worth caching their encoding."""
 _LIMIT_SPANS, _LIMIT_BYTES = "max_node_spans", "max_trace_bytes"
@@ -86,6 +85,7 @@ class SpanBuilder:
         self.max_node_spans = max_node_spans
         self.max_trace_bytes = max_trace_bytes
         self._encoder = ProtobufSpans(_UNIQUE_KEYS)
+        self._nodes = NodeEncoder()
 
     def run_tree(
         self,
@@ -172,29 +172,8 @@ class SpanBuilder:
     ) -> tuple[list[SpanDraft], dict[str, AttributeValue]]:
         nodes = run.nodes
         base = profile.start_ns
+        node_drafts, kernel_drafts, sizes = self._measured(nodes, base, trace_id, parent_id, extra)
         measure = self._encoder.measure
-        node_drafts: list[SpanDraft] = []
-        kernel_drafts: list[list[SpanDraft]] = []
-        sizes: list[int] = []
-        for at, node in enumerate(nodes):
-            attributes = _node_attributes(node)
-            if at < len(extra):
-                attributes.update(extra[at])
-            name = clip(node.name)
-            draft = self._draft(
-                name,
-                trace_id,
-                parent_id,
-                attributes,
-                base + int(node.ts * 1000),
-                base + int(node.end * 1000),
-            )
-            kernels = [
-                self._kernel_draft(k, trace_id, _PLACEHOLDER, base, False) for k in node.kernels
-            ]
-            node_drafts.append(draft)
-            kernel_drafts.append(kernels)
-            sizes.append(measure(draft) + sum(measure(kernel) for kernel in kernels))
         unmatched = [
             self._kernel_draft(kernel, trace_id, parent_id, base, True)
             for kernel in run.unmatched_kernels
@@ -231,6 +210,51 @@ class SpanBuilder:
             drafts.append(kernel)
         summary = _summary(run, selection)
         return drafts, summary
+
+    def _measured(
+        self,
+        nodes: list[NodeRecord],
+        base: int,
+        trace_id: int,
+        parent_id: int,
+        extra: Sequence[Mapping[str, AttributeValue]],
+    ) -> tuple[list[SpanDraft], list[list[SpanDraft]], list[int]]:
+        """Each node's draft, its kernels' drafts, and their encoded size together. A node's
+        attributes are encoded from its args (:mod:`otel_ort.profiles.node_encoding`) and
+        made as a dict only if read, unless span limits may cut them."""
+        measure = self._encoder.measure
+        encode = self._nodes.parts if self._max_length is None else None
+        limit, resource = self._max_attributes, self._resource
+        node_drafts: list[SpanDraft] = []
+        kernel_drafts: list[list[SpanDraft]] = []
+        sizes: list[int] = []
+        for at, node in enumerate(nodes):
+            node_extra = extra[at] if at < len(extra) else None
+            start, end = base + int(node.ts * 1000), base + int(node.end * 1000)
+            parts = encode(node, node_extra, limit) if encode is not None else None
+            if parts is not None:
+                attributes = DeferredAttributes(node_attributes, node, node_extra)
+                draft = SpanDraft(
+                    trace_id, 0, parent_id, clip(node.name), start, end, attributes, resource,
+                    _SCOPE,
+                )  # fmt: skip
+                draft.encoded = parts
+            else:
+                draft = self._draft(
+                    clip(node.name), trace_id, parent_id, node_attributes(node, node_extra),
+                    start, end,
+                )  # fmt: skip
+            node_drafts.append(draft)
+            size = measure(draft)
+            kernels: list[SpanDraft] = []
+            if node.kernels:
+                kernels = [
+                    self._kernel_draft(k, trace_id, _PLACEHOLDER, base, False) for k in node.kernels
+                ]
+                size += sum(measure(kernel) for kernel in kernels)
+            kernel_drafts.append(kernels)
+            sizes.append(size)
+        return node_drafts, kernel_drafts, sizes
 
     def _select(
         self,
@@ -386,109 +410,16 @@ def _depth(at: int, held_by: Mapping[int, int | None]) -> int:
     return depth
 
 
-def _node_attributes(node: NodeRecord) -> dict[str, AttributeValue]:
-    attributes: dict[str, AttributeValue] = {
-        semconv.NODE_NAME: clip(node.name),
-        semconv.NODE_OP_TYPE: clip(node.op_type),
-        semconv.NODE_PROVIDER: clip(node.provider),
-        semconv.NODE_DURATION_US: float(node.dur),
-    }
-    tid = _int(node.tid)
-    if tid is not None:
-        attributes[semconv.THREAD_ID] = tid
-    for key, value in node.args.items():  # one pass: this runs once per node of every profile
-        name = _INT_ARGS.get(key)
-        if name is None and key.startswith("mem_"):
-            name = _INT_ARGS[key] = semconv.NODE_SIZE_PREFIX + key
-        if name is not None:
-            try:  # not contextlib.suppress: it costs 1 us a value, per node
-                number = int(value)
-            except (TypeError, ValueError, OverflowError):  # Infinity, from a file not ORT's
-                continue
-            if _INT64[0] <= number <= _INT64[1]:
-                attributes[name] = number
-        elif key in _SHAPE_ARGS:
-            shapes = _shapes(value)
-            if shapes:
-                attributes[_SHAPE_ARGS[key]] = shapes
-        elif key == "thread_scheduling_stats" and isinstance(value, dict):
-            attributes.update(_thread_summary(value))
-    return attributes
-
-
-# args read as integers: the sizes, ORT's mem_* statistics (added as met), the node index
-_INT_ARGS = {key: semconv.NODE_SIZE_PREFIX + key for key in _SIZE_ARGS}
-_INT_ARGS["node_index"] = semconv.NODE_INDEX
-_INT_ARGS["graph_index"] = semconv.NODE_INDEX  # ORT <= 1.13
-_SHAPE_ARGS = {
-    "input_type_shape": semconv.NODE_INPUT_SHAPES,
-    "output_type_shape": semconv.NODE_OUTPUT_SHAPES,
-}
-
-
-def _shapes(value: Any) -> tuple[str, ...]:
-    """ORT's ``[{"float": [4, 64]}, ...]`` → ``("float[4,64]", ...)``, at most 16 entries."""
-    if not isinstance(value, list):
-        return ()
-    shapes = []
-    for entry in value[:_MAX_SHAPES]:
-        if isinstance(entry, dict):
-            for dtype, dims in entry.items():
-                if isinstance(dims, list):
-                    shapes.append(clip(f"{dtype}[{','.join(map(str, dims))}]"))
-    if len(value) > _MAX_SHAPES:
-        shapes.append(f"+{len(value) - _MAX_SHAPES} more")
-    return tuple(shapes)
-
-
-def _thread_summary(stats: dict[str, Any]) -> dict[str, AttributeValue]:
-    summary: dict[str, AttributeValue] = {}
-    main = stats.get("main_thread")
-    if isinstance(main, dict):
-        if isinstance(main.get("thread_pool_name"), str):
-            summary[semconv.NODE_THREAD_POOL] = clip(main["thread_pool_name"])
-        for key, name in (
-            ("Run", semconv.NODE_MAIN_THREAD_RUN_US),
-            ("Wait", semconv.NODE_MAIN_THREAD_WAIT_US),
-        ):
-            number = _int(main.get(key))
-            if number is not None:
-                summary[name] = number
-    sub_threads = stats.get("sub_threads")
-    if isinstance(sub_threads, dict):
-        runs = [_int(s.get("num_run")) or 0 for s in sub_threads.values() if isinstance(s, dict)]
-        summary[semconv.NODE_THREADS_USED] = 1 + sum(1 for n in runs if n > 0)
-        summary[semconv.NODE_THREAD_TASKS] = min(sum(runs), _INT64[1])
-    return summary
-
-
 def _kernel_attributes(kernel: KernelRecord) -> dict[str, AttributeValue]:
     args = kernel.args
     attributes: dict[str, AttributeValue] = {semconv.KERNEL_NAME: clip(kernel.name)}
     if isinstance(args.get("op_name"), str):
         attributes[semconv.KERNEL_OP_NAME] = clip(args["op_name"])
     for prefix, name in (("grid_", semconv.KERNEL_GRID), ("block_", semconv.KERNEL_BLOCK)):
-        dims = [_int(args.get(prefix + axis)) for axis in "xyz"]
+        dims = [int_value(args.get(prefix + axis)) for axis in "xyz"]
         if all(d is not None for d in dims):
             attributes[name] = tuple(d for d in dims if d is not None)
-    stream = _int(args.get("stream"))
+    stream = int_value(args.get("stream"))
     if stream is not None:
         attributes[semconv.KERNEL_STREAM] = stream
     return attributes
-
-
-def _int(value: Any) -> int | None:
-    """ORT writes numbers in args as JSON strings (``"1024"``) or numbers; ``None`` for one
-    OTLP cannot carry (a file not ORT's)."""
-    if isinstance(value, str):
-        try:
-            value = int(value)
-        except ValueError:
-            return None
-    if type(value) is int and _INT64[0] <= value <= _INT64[1]:
-        return value
-    return None
-
-
-_INT64 = (-(2**63), 2**63 - 1)
-"""The integers OTLP carries."""

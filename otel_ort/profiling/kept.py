@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from otel_ort.profiles import chrome
@@ -41,15 +41,17 @@ def publish_run(
     profile: Profile,
     other_data: Mapping[str, Any],
     thread: tuple[int, str],
+    tracks: Sequence[Mapping[str, Any]] = (),
 ) -> int:
     """Publish ``profile``'s events enriched and gzip-compressed (``thread``: the OS id and
-    name of the thread that ran it), delete ORT's file, apply retention; return how many old
-    files it deleted."""
+    name of the thread that ran it; ``tracks``: perf counter tracks after them), delete ORT's
+    file, apply retention; return how many old files it deleted."""
     data = chrome.enrich(
         profile.events,
         other_data={chrome.START_TIME_KEY: profile.start_ns, **other_data},
         process_name=f"onnxruntime (pid {os.getpid()})",
         thread_names={thread[0]: f"{thread[1]} (run)"},
+        tracks=tracks,
     )
     store.publish(gzip.compress(data, GZIP_LEVEL, mtime=0), files.path)
     remove_files(store.written(files))

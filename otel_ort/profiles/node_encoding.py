@@ -1,0 +1,331 @@
+"""A node span's attributes written straight to OTLP protobuf from its ``Node`` event's args,
+each attribute's bytes cached per raw value: what :func:`node_attributes` gives, encoded as
+:class:`~otel_ort.export.otlp_encoding.ProtobufSpans` encodes it, without the dict.
+
+A profile's args repeat: op types, providers, sizes, ``mem_*`` statistics and shapes per node,
+and a model's node names and indexes from one run to the next. A repeated arg costs a dict
+look-up here. Caches are keyed per attribute by the raw value, of one exact type only, since
+``True == 1 == 1.0``: ORT's strings (``"1024"``), a node's duration and thread id, perf counts
+and their splits by thread when ``int`` (a list of them as a tuple), and a shape list by its
+orjson text (the same text is the same JSON value; text holding ``null``, which ``NaN``,
+``Infinity`` and ``None`` all become, is not cached). Other values (a file not ORT's) are
+encoded each time. Each cache holds at most ``_CACHE_LIMIT`` entries, then starts again.
+
+A node whose attributes could collide (both ``node_index`` and ``graph_index``, or extra
+attributes named like a node's) or that span limits would cut is left to the dict path
+(``None``).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import orjson
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.util.types import AttributeValue
+
+from otel_ort import semconv
+from otel_ort._util.text_limits import clip
+from otel_ort.export.otlp_encoding import (
+    NotEncodable,
+    ProtobufSpans,
+    any_value,
+    field,
+    key_value,
+    varint,
+)
+from otel_ort.profiles.node_attributes import (
+    INDEX_ARGS,
+    INT64,
+    SHAPE_ARGS,
+    THREAD_STATS_ARG,
+    int_arg_name,
+    int_of,
+    int_value,
+    shapes_of,
+)
+from otel_ort.profiles.records import NodeRecord
+from otel_ort.profiles.span_draft import SpanDraft
+
+_logger = logging.getLogger("otel_ort")
+
+_CACHE_LIMIT = 1 << 14
+_V = TypeVar("_V")
+_DOUBLE = struct.Struct("<d")
+_NODE_PREFIX = "onnxruntime.node."
+"""Every node attribute's name starts so, but ``thread.id``'s."""
+_INT, _SHAPE, _THREADS, _IGNORED = range(4)
+_Handler = tuple[int, bytes, dict[Any, bytes]]
+"""How an arg is encoded: its kind, its attribute's key field, the cache of its values."""
+
+
+_ATTRIBUTE_TAG = 0x4A  # Span.attributes: field 9, length-delimited
+_INT_VALUE = b"\x18"  # AnyValue.int_value, a varint of the 64-bit two's complement
+_UINT64_MASK = 0xFFFFFFFFFFFFFFFF
+
+
+def _plain_parts() -> tuple[bytes, bytes]:
+    """What ``ProtobufSpans`` writes around an internal span's name and attributes when it
+    has nothing else (unset status, no events or links, a local parent): the kind after the
+    name, and the fields after the attributes. Taken from the encoder itself."""
+    draft = SpanDraft(1, 1, 1, "", 1, 1, {}, Resource.get_empty(), None)
+    ProtobufSpans().measure(draft)
+    assert draft.encoded is not None
+    head, tail = draft.encoded
+    return head[2:], tail  # the head: the empty name's field (2 bytes), then the kind
+
+
+_KIND, _END = _plain_parts()
+
+
+def span_attribute(key: str, value: Any) -> bytes:
+    """One ``Span.attributes`` entry as ``ProtobufSpans`` writes it; ``NotEncodable`` for a
+    value OTLP has no form for."""
+    return field(_ATTRIBUTE_TAG, key_value(key, value))
+
+
+def attribute_key(key: str) -> bytes:
+    """``KeyValue.key``'s field, as ``key_value`` writes it."""
+    encoded_key = key.encode("utf-8", "surrogatepass")
+    return field(0x0A, encoded_key) if encoded_key else b""
+
+
+def attribute_entry(key_field: bytes, value: bytes) -> bytes:
+    """``span_attribute(key, v) == attribute_entry(attribute_key(key), any_value(v))``."""
+    return field(_ATTRIBUTE_TAG, key_field + field(0x12, value))
+
+
+def _int_entry(key_field: bytes, number: int) -> bytes:
+    """An ``int64`` attribute (``number`` within int64)."""
+    return attribute_entry(key_field, _INT_VALUE + varint(number & _UINT64_MASK))
+
+
+class NodeEncoder:
+    """Encodes node spans' attributes for one span builder (its caches last as long)."""
+
+    def __init__(self) -> None:
+        self._args: dict[str, _Handler] = {}
+        self._names: dict[str, tuple[bytes, bytes]] = {}
+        self._fixed = {
+            key: (attribute_key(key), dict[Any, bytes]())
+            for key in (
+                semconv.NODE_OP_TYPE,
+                semconv.NODE_PROVIDER,
+                semconv.NODE_DURATION_US,
+                semconv.THREAD_ID,
+                semconv.NODE_THREAD_POOL,
+                semconv.NODE_MAIN_THREAD_RUN_US,
+                semconv.NODE_MAIN_THREAD_WAIT_US,
+                semconv.NODE_THREADS_USED,
+                semconv.NODE_THREAD_TASKS,
+            )
+        }
+        self._name_key = attribute_key(semconv.NODE_NAME)
+        self._extra: dict[str, tuple[bytes, dict[int | tuple[int, ...], bytes]]] = {}
+
+    def parts(
+        self,
+        node: NodeRecord,
+        extra: Mapping[str, AttributeValue] | None,
+        max_attributes: int | None,
+    ) -> tuple[bytes, bytes] | None:
+        """The node span's ``SpanDraft.encoded`` (name and kind; attributes to flags), its
+        attributes being ``node_attributes(node, extra)``; ``None`` when the dict path must
+        make them (see the module's docstring)."""
+        args = node.args
+        if INDEX_ARGS[0] in args and INDEX_ARGS[1] in args:
+            return None
+        named = self._names.get(node.name) if type(node.name) is str else None
+        if named is None:
+            named = self._named(node.name)
+        pieces = [named[1]]
+        self._record_pieces(node, pieces.append)
+        self._arg_pieces(args, pieces.append)
+        skipped = self._extra_pieces(extra, pieces.append) if extra else 0
+        if skipped < 0:
+            return None
+        if max_attributes is not None and len(pieces) + skipped > max_attributes:
+            return None
+        pieces.append(_END)
+        return named[0], b"".join(pieces)
+
+    def _record_pieces(self, node: NodeRecord, append: Callable[[bytes], None]) -> None:
+        """Op type, provider, duration, thread id."""
+        fixed = self._fixed
+        append(self._cached_str(fixed[semconv.NODE_OP_TYPE], node.op_type))
+        append(self._cached_str(fixed[semconv.NODE_PROVIDER], node.provider))
+        key_field, cache = fixed[semconv.NODE_DURATION_US]
+        dur = node.dur
+        piece = cache.get(dur) if type(dur) is int else None  # not floats: -0.0 == 0
+        if piece is None:
+            piece = attribute_entry(key_field, b"\x21" + _DOUBLE.pack(float(dur)))
+            if type(dur) is int:
+                _put(cache, dur, piece)
+        append(piece)
+        tid = int_value(node.tid)
+        if tid is not None:
+            append(self._cached_int(fixed[semconv.THREAD_ID], tid))
+
+    def _arg_pieces(self, args: Mapping[str, Any], append: Callable[[bytes], None]) -> None:
+        """The args' attributes, in the args' order."""
+        handlers = self._args
+        for key, value in args.items():
+            handler = handlers.get(key)
+            if handler is None:
+                handler = self._handler(key)
+            kind = handler[0]
+            if kind == _INT:
+                piece = handler[2].get(value) if type(value) is str else None
+                if piece is None:
+                    number = int_of(value)
+                    piece = b"" if number is None else _int_entry(handler[1], number)
+                    if type(value) is str:
+                        _put(handler[2], value, piece)
+                if piece:
+                    append(piece)
+            elif kind == _SHAPE:
+                piece = self._shapes(handler, value)
+                if piece:
+                    append(piece)
+            elif kind == _THREADS and isinstance(value, dict):
+                self._thread_summary(value, append)
+
+    def _extra_pieces(
+        self, extra: Mapping[str, AttributeValue], append: Callable[[bytes], None]
+    ) -> int:
+        """The extra attributes after the node's; how many OTLP has no form for, or -1 when
+        one is named like a node attribute (it would replace it, in its place)."""
+        skipped = 0
+        caches = self._extra
+        for key, value in extra.items():
+            if key.startswith(_NODE_PREFIX) or key == semconv.THREAD_ID:
+                return -1
+            known: int | tuple[int, ...] | None = None
+            if type(value) is int:  # perf counts
+                known = value
+            elif type(value) is list:  # their split by thread
+                known = _ints(value)
+            if known is not None:
+                cached = caches.get(key) or _put(caches, key, (attribute_key(key), {}))
+                piece = cached[1].get(known)
+                if piece is None:
+                    piece = _put(cached[1], known, _int_attribute(cached[0], known))
+                if piece:  # else out of int64: the general encoder says so
+                    append(piece)
+                    continue
+            try:
+                append(span_attribute(key, value))
+            except NotEncodable as exc:  # as ProtobufSpans leaves it out
+                _logger.warning("otel-ort: attribute %s not exported: %s", key, exc)
+                skipped += 1
+        return skipped
+
+    def _named(self, name: str) -> tuple[bytes, bytes]:
+        """The span's name and kind fields and its ``onnxruntime.node.name`` entry."""
+        clipped = clip(name)
+        head = field(0x2A, clipped.encode("utf-8", "surrogatepass")) + _KIND
+        named = head, attribute_entry(self._name_key, any_value(clipped))
+        return _put(self._names, name, named) if type(name) is str else named
+
+    def _handler(self, key: str) -> _Handler:
+        name = int_arg_name(key)
+        if name is not None:
+            handler: _Handler = (_INT, attribute_key(name), {})
+        elif key in SHAPE_ARGS:
+            handler = (_SHAPE, attribute_key(SHAPE_ARGS[key]), {})
+        elif key == THREAD_STATS_ARG:
+            handler = (_THREADS, b"", {})
+        else:
+            handler = (_IGNORED, b"", {})
+        return _put(self._args, key, handler)
+
+    def _shapes(self, handler: _Handler, value: Any) -> bytes:
+        cache = handler[2]
+        try:
+            text: bytes | None = orjson.dumps(value)
+        except TypeError:  # an integer over 64 bits, a type not JSON's
+            text = None
+        if text is not None and b"null" not in text:
+            piece = cache.get(text)
+            if piece is not None:
+                return piece
+        shapes = shapes_of(value)
+        piece = attribute_entry(handler[1], any_value(shapes)) if shapes else b""
+        if text is not None and b"null" not in text:
+            _put(cache, text, piece)
+        return piece
+
+    def _thread_summary(self, stats: dict[str, Any], append: Callable[[bytes], None]) -> None:
+        """:func:`~otel_ort.profiles.node_attributes.thread_summary`, encoded."""
+        fixed = self._fixed
+        main = stats.get("main_thread")
+        if isinstance(main, dict):
+            pool = main.get("thread_pool_name")
+            if isinstance(pool, str):
+                append(self._cached_str(fixed[semconv.NODE_THREAD_POOL], pool))
+            number = int_value(main.get("Run"))
+            if number is not None:
+                append(self._cached_int(fixed[semconv.NODE_MAIN_THREAD_RUN_US], number))
+            number = int_value(main.get("Wait"))
+            if number is not None:
+                append(self._cached_int(fixed[semconv.NODE_MAIN_THREAD_WAIT_US], number))
+        sub_threads = stats.get("sub_threads")
+        if isinstance(sub_threads, dict):
+            used = tasks = 0
+            for sub in sub_threads.values():
+                if isinstance(sub, dict):
+                    runs = int_value(sub.get("num_run")) or 0
+                    tasks += runs
+                    used += runs > 0
+            append(self._cached_int(fixed[semconv.NODE_THREADS_USED], 1 + used))
+            append(self._cached_int(fixed[semconv.NODE_THREAD_TASKS], min(tasks, INT64[1])))
+
+    @staticmethod
+    def _cached_str(fixed: tuple[bytes, dict[Any, bytes]], text: str) -> bytes:
+        """A string attribute (clipped) of a ``str`` value."""
+        key_field, cache = fixed
+        piece = cache.get(text) if type(text) is str else None
+        if piece is None:
+            piece = attribute_entry(key_field, any_value(clip(text)))
+            if type(text) is str:
+                _put(cache, text, piece)
+        return piece
+
+    @staticmethod
+    def _cached_int(fixed: tuple[bytes, dict[Any, bytes]], number: int) -> bytes:
+        """An int64 attribute of an ``int`` within int64."""
+        key_field, cache = fixed
+        piece = cache.get(number)
+        if piece is None:
+            piece = _put(cache, number, _int_entry(key_field, number))
+        return piece
+
+
+def _ints(values: list[Any]) -> tuple[int, ...] | None:
+    """``values`` as a tuple if each is an ``int`` (not a ``bool``, which equals one)."""
+    for value in values:
+        if type(value) is not int:
+            return None
+    return tuple(values)
+
+
+def _int_attribute(key_field: bytes, value: int | tuple[int, ...]) -> bytes:
+    """An int64 attribute, or an array of int64 values; ``b""`` for one outside int64
+    (then the general encoder says why it is left out)."""
+    if isinstance(value, int):
+        return _int_entry(key_field, value) if INT64[0] <= value <= INT64[1] else b""
+    if not all(INT64[0] <= number <= INT64[1] for number in value):
+        return b""
+    items = b"".join(field(0x0A, _INT_VALUE + varint(number & _UINT64_MASK)) for number in value)
+    return attribute_entry(key_field, field(0x2A, items))
+
+
+def _put(cache: dict[Any, Any], key: Any, value: _V) -> _V:
+    """``cache[key] = value``, the cache started again when full; returns ``value``."""
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
+    return value
