@@ -20,6 +20,7 @@ from otel_ort import semconv
 from otel_ort.failures import report_failure
 from otel_ort.instrumentation.run_outcome import RunOutcome, TracedRun, call_hook, current_facts
 from otel_ort.instrumentation.session_facts import SessionFacts
+from otel_ort.profiling.session_checks import Skipped
 
 if TYPE_CHECKING:
     from otel_ort.profiling.profiled_call import ProfiledCall, ProfiledRun
@@ -36,14 +37,14 @@ def prepared(
     try:
         try:
             made = profiler.prepare(run.session, runs, method, run.args, run.kwargs)
-            if isinstance(made, tuple):
+            if isinstance(made, Skipped):
                 profiler.record_skip(run.span, made)
                 return None
             return made
         except Exception as exc:
             report_failure("could not profile a run")
             with contextlib.suppress(Exception):
-                profiler.record_skip(run.span, (semconv.SKIP_INTERNAL, repr(exc)))
+                profiler.record_skip(run.span, Skipped(semconv.SKIP_INTERNAL, repr(exc)))
             return None
     except BaseException as exc:  # KeyboardInterrupt at the gate
         outcome.finish(run.span, run.facts, run.session, 0.0, exc)

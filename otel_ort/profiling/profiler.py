@@ -112,7 +112,7 @@ class Profiler:
         """The selected call made profiled, ready to run (the session's gate passed); or why
         not (the caller then runs ORT as usual)."""
         checked = self._check(session, method, args, kwargs)
-        if isinstance(checked, tuple):
+        if isinstance(checked, Skipped):
             return checked
         asynchronous = method == "run_async"
         if not asynchronous and not self.worker.reserve():  # so that no profile is lost
@@ -120,7 +120,7 @@ class Profiler:
         files: RunFiles | None = None
         try:
             ready = self._switched_on(checked, asynchronous)
-            if isinstance(ready, tuple):
+            if isinstance(ready, Skipped):
                 return ready
             options, files = ready.options, ready.files
             perf = self._session_perf.for_run(session, checked.sequential, asynchronous)
@@ -130,10 +130,11 @@ class Profiler:
             raise
         if window is None:
             self._unprepare(files, asynchronous)
-            return semconv.SKIP_SESSION_BUSY, (
+            return Skipped(
+                semconv.SKIP_SESSION_BUSY,
                 "the session's first profiled run waited over "
                 f"{GATE_TIMEOUT_S:g} s for its runs in flight (now, or within the last "
-                f"{BUSY_BACKOFF_S:g} s)"
+                f"{BUSY_BACKOFF_S:g} s)",
             )
         return ProfiledCall(
             runs,
@@ -151,10 +152,10 @@ class Profiler:
         unavailable = prerequisites.unavailable()
         switch = prerequisites.ready_switch() if not unavailable else None
         if isinstance(switch, Unrecognized):
-            return semconv.SKIP_LAYOUT, switch.reason
+            return Skipped(semconv.SKIP_LAYOUT, switch.reason)
         store = prerequisites.ready_store() if switch is not None else unavailable
         if isinstance(store, str) or switch is None:
-            return semconv.SKIP_UNAVAILABLE, str(store)
+            return Skipped(semconv.SKIP_UNAVAILABLE, str(store))
         caller = caller_run_options(method, args, kwargs)
         refusal = caller_refusal(method, caller)
         if refusal is not None:
@@ -167,7 +168,7 @@ class Profiler:
         try:
             options = None if caller is None else copy_run_options(RunOptions, caller)
         except RunOptionsUnknown as exc:
-            return semconv.SKIP_RUN_OPTIONS, str(exc)
+            return Skipped(semconv.SKIP_RUN_OPTIONS, str(exc))
         return _Checked(switch, store, fixed.sequential, caller, options)
 
     def _switched_on(self, checked: _Checked, asynchronous: bool) -> Ready | Skipped:
@@ -184,7 +185,7 @@ class Profiler:
             checked.switch.enable(options, files.prefix)
         except LayoutChanged as exc:
             self._unprepare(files, asynchronous)
-            return semconv.SKIP_LAYOUT, str(exc)
+            return Skipped(semconv.SKIP_LAYOUT, str(exc))
         return Ready(options, files)
 
     def record_skip(self, span: Span, skipped: Skipped) -> None:
@@ -207,8 +208,8 @@ class Profiler:
     def _no_room(self, detail: str) -> Skipped:
         """Why the worker refused a place: shut down meanwhile, or a full queue."""
         if self._prerequisites.shut_down:
-            return semconv.SKIP_UNAVAILABLE, SHUT_DOWN
-        return semconv.SKIP_BACKLOG, detail
+            return Skipped(semconv.SKIP_UNAVAILABLE, SHUT_DOWN)
+        return Skipped(semconv.SKIP_BACKLOG, detail)
 
     def finish(
         self,
@@ -237,7 +238,7 @@ class Profiler:
             self._tally.run("profiled")
             self._tally.run(semconv.PROFILE_ERROR_OUTCOME)
             self._discard(run.files)
-            end_span(span, end_ns, f"not converted: {self._no_room('the queue was full')[1]}")
+            end_span(span, end_ns, f"not converted: {self._no_room('the queue was full').detail}")
 
     def _make_ready(self, store: ProfileStore) -> None:
         """Worker: the next run's ``RunOptions``, switched on ahead."""

@@ -12,8 +12,14 @@ from onnxruntime import ExecutionMode, RunOptions
 
 from otel_ort import semconv
 
-Skipped = tuple[str, str]
-"""(reason, detail): why a selected run was not profiled."""
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """Why a selected run was not profiled: a skip reason (``semconv.SKIP_*``) and words."""
+
+    reason: str
+    detail: str
+
 
 _FIXED_KEY = "_otel_ort_profiling_facts"
 
@@ -24,7 +30,7 @@ def caller_refusal(method: str, caller: Any) -> Skipped | None:
     if isinstance(caller, RunOptions) or (caller is None and method != "run_with_ortvaluevector"):
         return None
     given = "None" if caller is None else f"a {type(caller).__name__}"
-    return semconv.SKIP_VALUE, f"run_options is {given}"
+    return Skipped(semconv.SKIP_VALUE, f"run_options is {given}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +61,15 @@ def fixed_for(session: Any) -> _Fixed:
 def _unprofilable(session: Any, live: Any) -> Skipped | None:
     """Why no run of ``session`` (``live``: its options) can be profiled, if none can."""
     if live.enable_profiling:
-        return semconv.SKIP_SESSION_PROFILING, (
+        return Skipped(
+            semconv.SKIP_SESSION_PROFILING,
             "the session profiles itself (SessionOptions.enable_profiling): ORT ignores "
-            "run-level profiling then"
+            "run-level profiling then",
         )
     cuda = session.get_provider_options().get("CUDAExecutionProvider", {})
     if str(cuda.get("enable_cuda_graph", "0")).strip().lower() in ("1", "true"):
-        return semconv.SKIP_CUDA_GRAPH, (
-            "the session replays CUDA graphs (enable_cuda_graph): a replayed run executes no node"
+        return Skipped(
+            semconv.SKIP_CUDA_GRAPH,
+            "the session replays CUDA graphs (enable_cuda_graph): a replayed run executes no node",
         )
     return None

@@ -28,7 +28,7 @@ class Tally:
 
     def skipped(self, span: Span, skipped: Skipped) -> None:
         """A selected run that was not profiled: said on its span, counted."""
-        reason, detail = skipped
+        reason, detail = skipped.reason, skipped.detail
         if span.is_recording():
             span.set_attributes(
                 {
