@@ -44,6 +44,7 @@ from otel_ort import semconv
 from otel_ort._util.gc_pause import gc_paused
 from otel_ort._util.text_limits import clip
 from otel_ort.export.otlp_encoding import ProtobufSpans
+from otel_ort.export.sdk_internals import span_limits
 from otel_ort.profiles.node_attributes import int_value, node_attributes
 from otel_ort.profiles.node_encoding import NodeEncoder
 from otel_ort.profiles.records import KernelRecord, NodeRecord, Profile, RunRecord, holders
@@ -79,7 +80,7 @@ class SpanBuilder:
             raise ValueError(f"max_trace_bytes must be >= 0, got {max_trace_bytes}")
         self._resource = tracer_provider.resource
         self._ids = tracer_provider.id_generator
-        limits = tracer_provider._span_limits
+        limits = span_limits(tracer_provider)
         self._max_attributes = limits.max_span_attributes
         self._max_length = limits.max_span_attribute_length
         self.max_node_spans = max_node_spans
