@@ -209,3 +209,14 @@ def test_what_nobody_limits_is_all_there(profiles: dict[str, Path]) -> None:
     runs = [d for d in drafts if d.name == semconv.SPAN_RUN]
     assert all(run.attributes[semconv.RUN_NODES_NOT_EMITTED] == 0 for run in runs)
     assert all(semconv.RUN_NOT_EMITTED_LIMIT not in run.attributes for run in runs)
+
+
+def test_negative_zero_keeps_its_sign_after_positive_zero() -> None:
+    """``-0.0 == 0.0``: the attribute cache must not hand one the other's bytes."""
+    from otel_ort.export.otlp_encoding import _Attributes
+
+    attributes = _Attributes(0x4A)
+    positive = attributes.encode({"k": 0.0}, json_form=False)
+    negative = attributes.encode({"k": -0.0}, json_form=False)
+    assert positive != negative
+    assert negative == _Attributes(0x4A).encode({"k": -0.0}, json_form=False)

@@ -191,7 +191,7 @@ class _Attributes:
                     caches.clear()
                 cache = caches[key] = _UNCACHED if key in self._unique else {}
             kind = type(value)
-            if cache is not _UNCACHED and kind is not list:
+            if cache is not _UNCACHED and kind is not list and kind is not float:  # -0.0 == 0.0
                 try:
                     hit = cache.get(value)
                 except TypeError:  # unhashable: a tuple holding a list
@@ -204,7 +204,8 @@ class _Attributes:
             except NotEncodable as exc:
                 _logger.warning("otel-ort: attribute %s not exported: %s", key, exc)
                 continue
-            if cache is not _UNCACHED and (kind is not tuple or _strings(value)):
+            cached = kind is not float and (kind is not tuple or _strings(value))
+            if cache is not _UNCACHED and cached:
                 if len(cache) >= _CACHE_LIMIT:
                     cache.clear()
                 with contextlib.suppress(TypeError):
