@@ -39,6 +39,7 @@ from otel_ort.export.endpoint import CountingSpanExporter, Endpoint, delivery_re
 from otel_ort.export.processors import RequestSpanProcessor
 from otel_ort.export.profile_export import ProfileExportProcessor
 from otel_ort.instrumentation import wait_for_profiles
+from otel_ort.profiles.span_draft import draft_of
 from otel_ort.profiles.spans import PROFILE_SCOPE_NAME
 from tests.conftest import instrumentation, run_threads
 from tests.helpers.example_spans import attributes_of
@@ -419,7 +420,8 @@ def test_profile_spans_handed_over_after_shutdown_are_counted_once_each() -> Non
     builder.add_span_processor(SimpleSpanProcessor(finished))
     for _ in range(3):
         builder.get_tracer(PROFILE_SCOPE_NAME).start_span("node").end()
-    dropped = SpanDelivery(telemetry.tracer_provider).deliver(finished.get_finished_spans())
+    spans = [draft_of(span) for span in finished.get_finished_spans()]
+    dropped = SpanDelivery(telemetry.tracer_provider).deliver_drafts(spans)
     assert dropped == 3
     assert telemetry.dropped() == {"profiles.already_shutdown": 3}
 

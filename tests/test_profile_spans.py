@@ -39,7 +39,7 @@ def real_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def convert(path: Path, provider: TracerProvider, **options: int) -> int:
     profile = read_profile(path)
     builder, delivery = SpanBuilder(provider, **options), SpanDelivery(provider)
-    return sum(delivery.deliver(builder.run_tree(profile, run)) for run in profile.runs)
+    return sum(delivery.deliver_drafts(builder.run_drafts(profile, run)) for run in profile.runs)
 
 
 def converted(path: Path, **options: int) -> tuple[ReadableSpan, ...]:
@@ -330,9 +330,10 @@ def test_a_burst_leaves_room_for_the_spans_other_threads_end_meanwhile(
     queue = processor._batch_processor._queue = WatchedQueue(maxlen=64)
     provider.add_span_processor(processor)
     profile = read_profile(real_profile)
-    spans = [span for run in profile.runs for span in SpanBuilder(provider).run_tree(profile, run)]
+    builder = SpanBuilder(provider)
+    spans = [span for run in profile.runs for span in builder.run_drafts(profile, run)]
     spans *= 20
-    assert SpanDelivery(provider).deliver(spans) == 0
+    assert SpanDelivery(provider).deliver_drafts(spans) == 0
     provider.shutdown()
     assert len(memory.get_finished_spans()) == len(spans)
     assert queue.most == 64 - 64 // 8 + 1  # a span more than 7/8 makes the next one flush

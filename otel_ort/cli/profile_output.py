@@ -9,15 +9,16 @@ from typing import TextIO
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import SpanContext
+from opentelemetry.trace import SpanContext, TraceFlags
 
 from otel_ort.cli.profile_perf import CommandPerf
 from otel_ort.cli.profile_session import UserError
 from otel_ort.cli.tables import plural
 from otel_ort.export.delivery import SpanDelivery
 from otel_ort.export.endpoint import CountingSpanExporter, Endpoint, delivery_report
-from otel_ort.export.otlp_exporters import otlp_span_exporter
+from otel_ort.export.otlp_encoding import ProtobufSpans
+from otel_ort.export.otlp_transport import encoded_span_exporter
+from otel_ort.export.profile_export import ProfileExportProcessor
 from otel_ort.perf.report import ProfileCounts
 from otel_ort.profiles.chrome import VIEWERS
 from otel_ort.profiles.records import Profile
@@ -64,9 +65,9 @@ class TraceSender:
         self.endpoint = endpoint
         service = service_name or os.environ.get("OTEL_SERVICE_NAME") or "onnxruntime"
         self.provider = TracerProvider(resource=Resource.create({"service.name": service}))
-        inner = otlp_span_exporter(protocol, self.endpoint)
+        inner = encoded_span_exporter(protocol, self.endpoint)  # as convert: OTLP bytes direct
         self.exporter = CountingSpanExporter(inner, Endpoint(self.endpoint, pause_s=0.0))
-        self.provider.add_span_processor(BatchSpanProcessor(self.exporter))
+        self.provider.add_span_processor(ProfileExportProcessor(self.exporter, ProtobufSpans()))
         self.builder = SpanBuilder(self.provider)
         self.delivery = SpanDelivery(self.provider)
         self.traces = self.spans = 0
@@ -75,13 +76,14 @@ class TraceSender:
         """Queue the span tree of the profile's run (with its perf counts); the run span's
         context."""
         run, nodes = (counts.run, counts.nodes) if counts is not None else (None, ())
-        spans = self.builder.run_tree(profile, profile.runs[0], run_extra=run, node_extra=nodes)
-        self.delivery.deliver(spans)  # what a processor drops, the report counts as lost
-        self.spans += len(spans)
+        drafts = self.builder.run_drafts(profile, profile.runs[0], run_extra=run, node_extra=nodes)
+        self.delivery.deliver_drafts(drafts)  # what a processor drops, the report counts lost
+        self.spans += len(drafts)
         self.traces += 1
-        context = spans[-1].get_span_context()
-        assert context is not None  # the builder gives every span one
-        return context
+        run_span = drafts[-1]  # run_drafts puts the run span last
+        return SpanContext(
+            run_span.trace_id, run_span.span_id, False, TraceFlags(TraceFlags.SAMPLED)
+        )
 
     def close(self, out: TextIO) -> None:
         """Flush and shut down, report what was sent; ``UserError`` if spans were lost."""

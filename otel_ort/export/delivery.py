@@ -19,7 +19,7 @@ cannot take finished spans.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
@@ -31,7 +31,7 @@ from otel_ort.export.sdk_internals import (
     queue_capacity,
     span_processors,
 )
-from otel_ort.profiles.span_draft import SpanDraft, draft_of, readable
+from otel_ort.profiles.span_draft import SpanDraft, readable
 
 
 class NotSdkTracerProvider(TypeError):
@@ -54,33 +54,20 @@ class SpanDelivery:
         # the multi-processor's list changes when the user adds a processor: read it each time
         return span_processors(self._active)
 
-    def deliver(self, spans: Iterable[ReadableSpan]) -> int:
-        """Give every span to every processor; return how many spans a processor dropped."""
-        spans = list(spans)
-        return self._deliver(spans, lambda: [draft_of(span) for span in spans], lambda: spans)
-
     def deliver_drafts(self, drafts: Sequence[SpanDraft]) -> int:
         """Give every span to every processor (otel-ort's encoding ones take the drafts, the
         others ``ReadableSpan``s, made once); return how many spans a processor dropped."""
-        return self._deliver(drafts, lambda: drafts, lambda: [readable(d) for d in drafts])
-
-    def _deliver(
-        self,
-        spans: Sequence[object],
-        as_drafts: Callable[[], Sequence[SpanDraft]],
-        as_readable: Callable[[], Sequence[ReadableSpan]],
-    ) -> int:
         dropped: set[int] = set()  # indices: a span two processors dropped is one span lost
-        readable_spans: Sequence[ReadableSpan] | None = None
+        readable_spans: list[ReadableSpan] | None = None
         for processor in self._processors():
             if not getattr(processor, "takes_profile_spans", True):
                 continue
             take_drafts = getattr(processor, "take_drafts", None)  # encodes them itself
             if take_drafts is not None:
-                dropped.update(take_drafts(as_drafts()))
+                dropped.update(take_drafts(drafts))
                 continue
             if readable_spans is None:
-                readable_spans = as_readable()
+                readable_spans = [readable(draft) for draft in drafts]
             dropped.update(_hand(processor, readable_spans))
         return len(dropped)
 

@@ -35,7 +35,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext
 from opentelemetry.util.types import AttributeValue
@@ -48,7 +48,7 @@ from otel_ort.export.sdk_internals import span_limits
 from otel_ort.profiles.node_attributes import int_value, node_attributes
 from otel_ort.profiles.node_encoding import NodeEncoder
 from otel_ort.profiles.records import KernelRecord, NodeRecord, Profile, RunRecord, holders
-from otel_ort.profiles.span_draft import DeferredAttributes, SpanDraft, readable
+from otel_ort.profiles.span_draft import DeferredAttributes, SpanDraft
 from otel_ort.version import __version__
 
 DEFAULT_MAX_NODE_SPANS = 10_000
@@ -87,21 +87,6 @@ class SpanBuilder:
         self.max_trace_bytes = max_trace_bytes
         self._encoder = ProtobufSpans(_UNIQUE_KEYS)
         self._nodes = NodeEncoder()
-
-    def run_tree(
-        self,
-        profile: Profile,
-        run: RunRecord,
-        parent: SpanContext | None = None,
-        run_extra: Mapping[str, AttributeValue] | None = None,
-        node_extra: Sequence[Mapping[str, AttributeValue]] = (),
-        link: SpanContext | None = None,
-    ) -> list[ReadableSpan]:
-        """:meth:`run_drafts` as the SDK's finished spans."""
-        return [
-            readable(draft)
-            for draft in self.run_drafts(profile, run, parent, run_extra, node_extra, link)
-        ]
 
     def run_drafts(
         self,
