@@ -75,6 +75,7 @@ class CommandPerf:
             self._problems[f"attributing perf counts failed: {exc!r}"] += 1
             return None
         self._problems.update(set(counts.problems))
+        profile.events.extend(counts.tracks())  # for the kept file and the summary tables
         return counts
 
     def describe(self) -> str:

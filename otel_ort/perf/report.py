@@ -29,17 +29,14 @@ class ProfileCounts:
     """What this run's counts lack (also in the run's ``perf.unavailable``, after the events
     that are never counted here)."""
     tracks: Callable[[], list[dict[str, Any]]] = field(default=list)
-    """The counter tracks' events, made when called (``count_profile(add_tracks=False)``:
-    the caller adds them to the profile's events itself); else none."""
+    """The counter tracks' events, made when called: the caller adds them to the kept file
+    (the worker, with the garbage collector paused, just before writing it)."""
 
 
-def count_profile(
-    perf: PerfCounters, profile: Profile, raw: RawRun, *, add_tracks: bool = True
-) -> ProfileCounts:
-    """Attribute ``raw`` to the nodes of ``profile``'s one run, add the counter tracks to its
-    events and move its start to where the counts place the run (``RunCounts.late_ns``).
-    ``add_tracks=False``: the tracks are left to ``ProfileCounts.tracks`` (the worker makes
-    them just before it writes the kept file, with the garbage collector paused)."""
+def count_profile(perf: PerfCounters, profile: Profile, raw: RawRun) -> ProfileCounts:
+    """Attribute ``raw`` to the nodes of ``profile``'s one run and move its start to where the
+    counts place the run (``RunCounts.late_ns``); the counter tracks are made on demand
+    (``ProfileCounts.tracks``)."""
     windows_us = [(node.ts, node.end) for node in profile.runs[0].nodes]
     problems: list[str] = []
     # the parallel executor's nodes overlap: counts per run only (a control-flow node holding
@@ -56,11 +53,9 @@ def count_profile(
     def tracks() -> list[dict[str, Any]]:
         return counter_events(counts, windows_us, pid)
 
-    if add_tracks:
-        profile.events.extend(tracks())
     nodes = node_attributes(counts) if windows else []
     run = run_attributes(counts, [*perf.unavailable_events, *problems])
-    return ProfileCounts(run, nodes, (*problems, *counts.problems), list if add_tracks else tracks)
+    return ProfileCounts(run, nodes, (*problems, *counts.problems), tracks)
 
 
 def _overlapping(windows: list[tuple[float, float]]) -> bool:

@@ -145,7 +145,7 @@ class Converter:
                 )
             return None
         try:
-            counts = count_profile(self._perf, profile, counters, add_tracks=False)
+            counts = count_profile(self._perf, profile, counters)
         except Exception as exc:
             problems.append(f"attributing perf counts failed: {exc!r}")
             report_failure("could not attribute perf counts")
