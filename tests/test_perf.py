@@ -35,12 +35,22 @@ import pytest
 
 from otel_ort import flush_profiles, profile_next_run, semconv
 from otel_ort.perf import kernel
-from otel_ort.perf.attribution import Counted, Read, ThreadRun, attribute, late_start
+from otel_ort.perf.attribution import (
+    Attribution,
+    Counted,
+    Read,
+    ThreadRun,
+    attribute,
+    late_start,
+    rounded,
+)
 from otel_ort.perf.counting import PerfCounters, Pool, RawRun, RunCounts
 from otel_ort.perf.events import parse_events
 from otel_ort.perf.group import ThreadGroup
 from otel_ort.perf.probe import event_problem
 from otel_ort.perf.records import GroupSample, ThreadRecords, parse
+from otel_ort.perf.report import node_attributes
+from otel_ort.perf.tracks import counter_events
 from otel_ort.profiles.reader import read_profile
 from otel_ort.profiling.run_options import Unrecognized, run_profiling_switch
 from otel_ort.profiling.session_runs import live_thread_ids, note_pool_threads, pool_threads
@@ -888,3 +898,96 @@ def test_a_group_closed_by_another_thread_fails_its_users_cleanly() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
     )
     assert (completed.returncode, completed.stdout, completed.stderr) == (0, "100\n", "")
+
+
+def as_dicts(counts: RunCounts) -> RunCounts:
+    """``counts`` with its per-node values given as dicts (as made from its arrays): what
+    ``node_attributes`` and ``counter_events`` read one node at a time."""
+    result = counts.attribution
+    given = Attribution(
+        result.nodes, result.threads, result.totals, result.between, result.unattributed,
+        result.scaling,
+    )  # fmt: skip
+    assert given.columns is None
+    return RunCounts(given, counts.period_ns, counts.threads, counts.throttled, counts.problems)
+
+
+def test_node_attributes_and_tracks_from_arrays_are_those_from_per_node_dicts(
+    counter_factory: Any,
+) -> None:
+    counter = counter_factory(
+        matmul_chain(), (512, 512), ["task-clock", "context-switches", "page-faults"],
+        intra_op_num_threads=2,
+    )  # fmt: skip
+    nodes, _, _, counts = counter.counted()
+    assert counts.attribution.columns is not None
+    attributes = node_attributes(counts)
+    assert attributes == node_attributes(as_dicts(counts))
+    assert [list(each) for each in attributes] == [
+        list(each) for each in node_attributes(as_dicts(counts))
+    ]  # the same order too
+    assert any(semconv.PERF_THREAD_IDS in each for each in attributes)  # the pool thread's
+    windows_us = [(node.ts, node.end) for node in nodes]
+    tracks = counter_events(counts, windows_us, 7)
+    assert tracks == counter_events(as_dicts(counts), windows_us, 7)
+    assert len(tracks) == 2 * 3 * len(nodes)
+
+
+@pytest.mark.parametrize("epoch", EPOCHS)
+def test_per_thread_splits_and_uncounted_aliases_come_out_as_node_by_node(epoch: int) -> None:
+    """Two threads: 7 switches out and back twice and samples a fault in two nodes; 5 is on a
+    CPU throughout and its faults' ring filled up (unknown per node)."""
+    leader, faults = 1, 2
+    switches = [(2_500, True), (3_000, False), (6_500, True), (7_000, False)]
+    switching = ThreadRecords(
+        switches=[(epoch + at, out) for at, out in switches],
+        events={faults: [epoch + 500, epoch + 3_500]},
+    )
+    ids = {"t": leader, "cs": leader, "pf": faults}
+    window = (epoch, epoch + 10_000)
+    seven = ThreadRun(
+        7, window, Read(0, 0, {leader: 0, faults: 0}), Read(1, 1, {leader: 9_000, faults: 2}),
+        None, None, switching, ids,
+    )  # fmt: skip
+    five = ThreadRun(
+        5, window, Read(0, 0, {leader: 0, faults: 0}), Read(1, 1, {leader: 10_000, faults: 9}),
+        None, None, ThreadRecords(), ids, frozenset({"pf"}),
+    )  # fmt: skip
+    counted = Counted({"t": "time", "cs": "switches", "pf": "sparse"}, "t")
+    windows = [(0, 1_000), (1_000, 2_000), (2_500, 3_000), (3_000, 4_000)]
+    windows = [(epoch + a, epoch + b) for a, b in windows]
+    counts = RunCounts(attribute([seven, five], windows, counted), 0, 2, 0, ())
+    attributes = node_attributes(counts)
+    by_thread = semconv.PERF_BY_THREAD_SUFFIX
+    assert attributes[0] == {
+        "perf.t": 2_000, "perf.cs": 0, semconv.PERF_NOT_COUNTED: ["pf"],
+        semconv.PERF_THREAD_IDS: [5, 7], "perf.t" + by_thread: [1_000, 1_000],
+        "perf.cs" + by_thread: [0, 0],
+    }  # fmt: skip
+    # 7 is off a CPU from 2,500: 5 alone worked on it (7's switch out is still counted)
+    assert attributes[2] == {"perf.t": 500, "perf.cs": 1, semconv.PERF_NOT_COUNTED: ["pf"]}
+    assert attributes == node_attributes(as_dicts(counts))
+    assert [list(each) for each in attributes] == [
+        list(each) for each in node_attributes(as_dicts(counts))
+    ]
+    windows_us = [(a // 1000, b // 1000) for a, b in ((0, 1_000), (1_000, 2_000))] + [
+        (2.5, 3), (3, 4)
+    ]  # fmt: skip
+    tracks = counter_events(counts, windows_us, 7)
+    assert tracks == counter_events(as_dicts(counts), windows_us, 7)
+    assert [type(event["ts"]) for event in tracks[:4]] == [int] * 4  # the times as given
+    assert {event["name"] for event in tracks} == {"perf.t", "perf.cs"}  # pf: unknown
+    # one thread given twice (never made so): its later values win, as node by node
+    twice = RunCounts(attribute([seven, five, seven], windows, counted), 0, 3, 0, ())
+    assert node_attributes(twice) == node_attributes(as_dicts(twice))
+    assert node_attributes(twice)[0]["perf.t"] == 3_000
+
+
+def test_rounding_from_arrays_is_pythons() -> None:
+    values = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -0.0, 1e15 + 0.5, 2.0**61 + 0.0, math.nan])
+    assert rounded(values) == [None if math.isnan(v) else round(v) for v in values.tolist()]
+    assert [type(value) for value in rounded(values)[:-1]] == [int] * 8
+    huge = np.array([2.0**70, 3.0])
+    assert rounded(huge) == [round(2.0**70), 3]  # past int64: one by one
+    with pytest.raises(OverflowError):  # as round(inf) does
+        rounded(np.array([math.inf]))

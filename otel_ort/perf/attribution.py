@@ -22,7 +22,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from math import isnan
 
 import numpy as np
 import numpy.typing as npt
@@ -71,39 +72,146 @@ class Counted:
     time_alias: str
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
+class ThreadColumns:
+    """One thread's values per node, one array per alias (in node order)."""
+
+    tid: int
+    on_cpu: npt.NDArray[np.bool_]
+    """The nodes during which it was on a CPU (its time alias's value > 0)."""
+    values: dict[str, Array]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeColumns:
+    """Per-node values as arrays: what ``attribute`` makes; the per-node dicts of
+    ``Attribution`` are made from it only when asked for."""
+
+    aliases: tuple[str, ...]
+    """In the order counted (the time alias first); empty when no thread was counted."""
+    values: dict[str, Array]
+    """Per alias, each node's value summed over the threads (in thread order)."""
+    threads: tuple[ThreadColumns, ...]
+    """In the order attributed."""
+    nodes: int
+
+
 class Attribution:
-    nodes: list[dict[str, float]]
-    """Per node (in the order given), value per alias."""
-    threads: list[dict[int, dict[str, float]]]
-    """Per node, per thread that was on a CPU during it: value per alias."""
-    totals: dict[str, float] = field(default_factory=dict)
-    between: dict[str, float] = field(default_factory=dict)
-    unattributed: dict[str, float] = field(default_factory=dict)
-    scaling: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """Dense aliases: (Δenabled, Δrunning) summed over the threads (multiplexed: unequal)."""
+    """A run's counts: per node, the run's totals, what fell between nodes and what could not be
+    placed. ``attribute`` gives the per-node values as arrays (``columns``, which
+    ``node_attributes`` and ``counter_events`` read); ``nodes`` and ``threads``, dicts, are
+    made from them when first asked for (a few µs per node)."""
+
+    __slots__ = ("_nodes", "_threads", "between", "columns", "scaling", "totals", "unattributed")
+
+    def __init__(
+        self,
+        nodes: list[dict[str, float]] | None = None,
+        threads: list[dict[int, dict[str, float]]] | None = None,
+        totals: dict[str, float] | None = None,
+        between: dict[str, float] | None = None,
+        unattributed: dict[str, float] | None = None,
+        scaling: dict[str, tuple[int, int]] | None = None,
+        *,
+        columns: NodeColumns | None = None,
+    ) -> None:
+        if columns is None and (nodes is None or threads is None):
+            raise ValueError("Attribution needs nodes and threads, or columns")
+        self._nodes = nodes
+        self._threads = threads
+        self.columns = columns
+        """The per-node values as ``attribute`` made them (``None``: given as dicts)."""
+        self.totals: dict[str, float] = totals if totals is not None else {}
+        self.between: dict[str, float] = between if between is not None else {}
+        self.unattributed: dict[str, float] = unattributed if unattributed is not None else {}
+        self.scaling: dict[str, tuple[int, int]] = scaling if scaling is not None else {}
+        """Dense aliases: (Δenabled, Δrunning) summed over the threads (multiplexed:
+        unequal)."""
+
+    @property
+    def nodes(self) -> list[dict[str, float]]:
+        """Per node (in the order given), value per alias."""
+        if self._nodes is None:
+            assert self.columns is not None
+            columns = self.columns
+            rows = zip(*(columns.values[alias].tolist() for alias in columns.aliases), strict=True)
+            self._nodes = (
+                [dict(zip(columns.aliases, row, strict=True)) for row in rows]
+                if columns.aliases
+                else [{} for _ in range(columns.nodes)]
+            )
+        return self._nodes
+
+    @property
+    def threads(self) -> list[dict[int, dict[str, float]]]:
+        """Per node, per thread that was on a CPU during it: value per alias."""
+        if self._threads is None:
+            assert self.columns is not None
+            threads: list[dict[int, dict[str, float]]] = [{} for _ in range(self.columns.nodes)]
+            for thread in self.columns.threads:
+                for index in np.flatnonzero(thread.on_cpu).tolist():
+                    threads[index][thread.tid] = {
+                        alias: float(values[index]) for alias, values in thread.values.items()
+                    }
+            self._threads = threads
+        return self._threads
 
 
-def attribute(
-    runs: Sequence[ThreadRun], windows: Sequence[tuple[int, int]], counted: Counted
-) -> Attribution:
+Windows = Sequence[tuple[int, int]] | npt.NDArray[np.int64]
+"""Node windows, ns ``(start, end)``: pairs, or an array of them (shape ``(nodes, 2)``)."""
+
+
+def window_array(windows: Windows) -> npt.NDArray[np.int64]:
+    """``windows`` as an int64 array of shape ``(nodes, 2)``."""
+    if isinstance(windows, np.ndarray):
+        return windows.astype(np.int64, copy=False).reshape(-1, 2)
+    flat = itertools.chain.from_iterable(windows)  # cheaper than np.array of the tuples
+    return np.fromiter(flat, np.int64, 2 * len(windows)).reshape(-1, 2)
+
+
+def attribute(runs: Sequence[ThreadRun], windows: Windows, counted: Counted) -> Attribution:
     """Per-node values for ``windows`` (ns ``(start, end)``, in order of start; nested or
     apart, not overlapping) from ``runs``."""
-    origin = windows[0][0] if windows else 0
-    starts = _since(origin, [w[0] for w in windows])
-    ends = _since(origin, [w[1] for w in windows])
+    pairs = window_array(windows)
+    origin = int(pairs[0, 0]) if len(pairs) else 0
+    starts = (pairs[:, 0] - origin).astype(np.float64)
+    ends = (pairs[:, 1] - origin).astype(np.float64)
     outermost = _outermost(starts, ends)
-    result = Attribution([{} for _ in windows], [{} for _ in windows])
+    result = Attribution(columns=NodeColumns((), {}, (), len(pairs)))
+    sums: dict[str, Array] = {}
+    threads = []
     for run in runs:
         on_cpu = _OnCpu(run, run.ids[counted.time_alias], origin)
         per_node = _thread_values(run, on_cpu, starts, ends, outermost, counted, result)
-        node_time = per_node[counted.time_alias]
-        for index in np.flatnonzero(node_time > 0).tolist():
-            result.threads[index][run.tid] = {a: float(v[index]) for a, v in per_node.items()}
+        threads.append(ThreadColumns(run.tid, per_node[counted.time_alias] > 0, per_node))
         for alias, array in per_node.items():
-            for node, value in zip(result.nodes, array.tolist(), strict=True):
-                node[alias] = node.get(alias, 0.0) + value
+            sums[alias] = sums.get(alias, np.zeros(len(pairs))) + array
+    result.columns = NodeColumns(tuple(sums), sums, tuple(threads), len(pairs))
     return result
+
+
+_EXACT_INT = 2.0**62
+"""Below this, an array's ``rint`` fits int64 and equals Python's ``round``."""
+
+
+def as_ints(values: Array) -> npt.NDArray[np.int64] | None:
+    """``round(value)`` of each value, as Python's ``round`` gives it, NaN as 0; ``None`` if
+    some value is infinite or too large for int64 (round those one by one)."""
+    known = np.where(np.isnan(values), 0.0, values)
+    if not bool((np.abs(known) < _EXACT_INT).all()):
+        return None
+    return np.rint(known).astype(np.int64)
+
+
+def rounded(values: Array) -> list[int | None]:
+    """``round(value)`` of each value (``None`` for NaN), as Python's ``round`` gives it."""
+    ints = as_ints(values)
+    if ints is None:  # inf or huge: as Python does (raises for inf)
+        return [None if isnan(value) else round(value) for value in values.tolist()]
+    out: list[int | None] = ints.tolist()
+    for index in np.flatnonzero(np.isnan(values)).tolist():
+        out[index] = None
+    return out
 
 
 def _thread_values(
@@ -124,7 +232,7 @@ def _thread_values(
             recorded[alias] = on_cpu.total
             total = float(_delta(run, run.ids[alias]))
         elif kind == "switches":
-            times = on_cpu.since([t for t, out_ in run.records.switches if out_])
+            times = on_cpu.switched_out
             out[alias] = _counts_in(times, starts, ends, on_cpu.window)
             recorded[alias] = total = float(len(_inside(times, on_cpu.window)))
             if "switches" in run.incomplete:  # records dropped: the count is short
@@ -173,7 +281,7 @@ _ORT_ROUNDING_NS = 2_000
 _MAX_MOVES = 64
 
 
-def late_start(run: ThreadRun, leader: int, windows: Sequence[tuple[int, int]]) -> int:
+def late_start(run: ThreadRun, leader: int, windows: Windows) -> int:
     """How much later ``windows`` really are, by ``run``'s thread (the calling thread, which
     ran every node: sequential execution), ns.
 
@@ -184,16 +292,17 @@ def late_start(run: ThreadRun, leader: int, windows: Sequence[tuple[int, int]]) 
     every edge where the thread's switch records say it was on one (within ORT's rounding,
     either side: ORT's steady clock is also not perf's realtime one); 0 when nothing is known
     or no move within the end of its counting window fits."""
-    if not windows or "switches" in run.incomplete:
+    pairs = window_array(windows)
+    if not len(pairs) or "switches" in run.incomplete:
         return 0
-    origin = windows[0][0]
+    origin = int(pairs[0, 0])
     on_cpu = _OnCpu(run, leader, origin)
     if not len(on_cpu.starts):
         return 0
     starts = on_cpu.starts - _ORT_ROUNDING_NS
     ends = on_cpu.starts + on_cpu.lengths + _ORT_ROUNDING_NS
-    edges = _since(origin, [edge for window in windows for edge in window])
-    limit = max(0, run.window[1] - windows[-1][1])
+    edges = (pairs.reshape(-1) - origin).astype(np.float64)
+    limit = max(0, run.window[1] - int(pairs[-1, 1]))
     late = 0.0
     for _ in range(_MAX_MOVES):  # each move is the least that puts one more edge on a CPU
         times = edges + late
@@ -218,22 +327,26 @@ class _OnCpu:
         self.origin = origin
         begin, end = run.window
         self.window = (begin - origin, end - origin)
-        switches = sorted(run.records.switches)
+        switches = run.records.switches
+        table = np.fromiter(  # time, out; cheaper than np.array of the tuples
+            itertools.chain.from_iterable(switches), np.int64, 2 * len(switches)
+        ).reshape(-1, 2)
+        table = table[np.lexsort((table[:, 1], table[:, 0]))]
+        out = table[:, 1].astype(bool)
+        self.switched_out = (table[out, 0] - origin).astype(np.float64)
+        """When it was switched out (ns since ``origin``), in time order."""
+        times = np.clip(table[:, 0], begin, end)
         # on a CPU when counting began if its first switch is out; with no switch at all, on a
-        # CPU throughout or never
-        on = switches[0][1] if switches else _delta(run, leader) > (end - begin) / 2
-        edges: list[int] = []
-        since = begin
-        for when, out in switches:
-            time = min(max(when, begin), end)
-            if out and on:
-                edges += (since, time)
-            since, on = time, not out
-        if on:
-            edges += (since, end)
-        pairs = self.since(edges).reshape(-1, 2)
-        self.starts = pairs[:, 0]
-        self.lengths = pairs[:, 1] - pairs[:, 0]
+        # CPU throughout or never; after each switch, on a CPU if it was switched in
+        first = bool(out[0]) if len(out) else _delta(run, leader) > (end - begin) / 2
+        intervals = out & np.concatenate(([first], ~out[:-1]))  # switched out while on one
+        lefts = np.concatenate(([begin], times[:-1]))[intervals]
+        rights = times[intervals]
+        if not out[-1] if len(out) else first:  # on a CPU until the end
+            lefts = np.append(lefts, times[-1] if len(times) else begin)
+            rights = np.append(rights, end)
+        self.starts = (lefts - origin).astype(np.float64)
+        self.lengths = (rights - origin).astype(np.float64) - self.starts
         self.before = np.concatenate(([0.0], np.cumsum(self.lengths)))
         self.total = float(self.before[-1])
 

@@ -24,7 +24,7 @@ import errno
 import logging
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from otel_ort.perf import probe
@@ -33,8 +33,10 @@ from otel_ort.perf.attribution import (
     Counted,
     Read,
     ThreadRun,
+    Windows,
     attribute,
     late_start,
+    window_array,
 )
 from otel_ort.perf.events import TIME_ALIAS_DEFAULT, EventSelection, Unavailable
 from otel_ort.perf.group import Taken, ThreadGroup
@@ -271,7 +273,7 @@ class PerfCounters:
                 )
         return Pool(groups, problems)
 
-    def attribute(self, raw: RawRun, windows: Sequence[tuple[int, int]]) -> RunCounts:
+    def attribute(self, raw: RawRun, windows: Windows) -> RunCounts:
         """Per-node counts for ``windows`` (ns; the run's node windows, not overlapping),
         moved later if the calling thread's switch records show them early (``late_ns``)."""
         plan = self._plan
@@ -313,10 +315,11 @@ class PerfCounters:
             )
         calling = next((run for run in runs if run.tid == raw.calling_tid), None)
         late = 0
+        pairs = window_array(windows)
         if calling is not None:
-            late = late_start(calling, calling.ids[self._time_alias], windows)
-            windows = [(start + late, end + late) for start, end in windows]
-        attribution = attribute(runs, windows, Counted(kinds, self._time_alias))
+            late = late_start(calling, calling.ids[self._time_alias], pairs)
+            pairs = pairs + late
+        attribution = attribute(runs, pairs, Counted(kinds, self._time_alias))
         return RunCounts(attribution, plan.period_ns, len(runs), throttled, tuple(problems), late)
 
     def _kinds(self, plan: probe.Plan) -> dict[str, str]:

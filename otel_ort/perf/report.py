@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from math import isnan
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from opentelemetry.util.types import AttributeValue
 
 from otel_ort import semconv
+from otel_ort.perf.attribution import Attribution, NodeColumns, as_ints
 from otel_ort.perf.counting import PerfCounters, RawRun, RunCounts
 from otel_ort.perf.tracks import counter_events
 from otel_ort.profiles.records import Profile
@@ -38,24 +42,41 @@ def count_profile(perf: PerfCounters, profile: Profile, raw: RawRun) -> ProfileC
     counts place the run (``RunCounts.late_ns``); the counter tracks are made on demand
     (``ProfileCounts.tracks``)."""
     windows_us = [(node.ts, node.end) for node in profile.runs[0].nodes]
+    flat = itertools.chain.from_iterable(windows_us)
+    us = np.fromiter(flat, np.float64, 2 * len(windows_us)).reshape(-1, 2)
     problems: list[str] = []
     # the parallel executor's nodes overlap: counts per run only (a control-flow node holding
     # its subgraph's nodes is nesting, not overlap)
-    if _overlapping(windows_us):
+    if not _apart(us) and _overlapping(windows_us):
         windows_us = []
+        us = us[:0]
         problems.append("nodes ran concurrently (parallel execution): counts per run only")
-    base = profile.start_ns
-    windows = [(base + int(start * 1000), base + int(end * 1000)) for start, end in windows_us]
+    windows = profile.start_ns + (us * 1000).astype(np.int64)  # as int(µs * 1000), ns
     counts = perf.attribute(raw, windows)
     profile.start_ns += counts.late_ns  # the spans and the kept file start there too
-    pid = next((e["pid"] for e in profile.events if isinstance(e, dict) and "pid" in e), 0)
+    pid = next((pid for pid in map(_pid, profile.events) if pid is not None), 0)
 
     def tracks() -> list[dict[str, Any]]:
         return counter_events(counts, windows_us, pid)
 
-    nodes = node_attributes(counts) if windows else []
+    nodes = node_attributes(counts) if len(windows) else []
     run = run_attributes(counts, [*perf.unavailable_events, *problems])
     return ProfileCounts(run, nodes, (*problems, *counts.problems), tracks)
+
+
+def _pid(event: Any) -> Any:
+    """An event's ``pid``: a dict's key, or a typed event's field (``None``: it has none)."""
+    return event.get("pid") if isinstance(event, dict) else getattr(event, "pid", None)
+
+
+def _apart(us: npt.NDArray[np.float64]) -> bool:
+    """Whether no window starts before one started earlier ends (ORT's whole µs: by more than
+    1 µs): then none overlaps another (``_overlapping``'s quick answer, a run's usual one)."""
+    if len(us) < 2:
+        return True
+    ordered = us[np.lexsort((-us[:, 1], us[:, 0]))]
+    reach = np.maximum.accumulate(ordered[:-1, 1])  # the latest end of the windows before
+    return bool((ordered[1:, 0] + 1 >= reach).all())
 
 
 def _overlapping(windows: list[tuple[float, float]]) -> bool:
@@ -74,30 +95,86 @@ def _overlapping(windows: list[tuple[float, float]]) -> bool:
 def node_attributes(counts: RunCounts) -> list[dict[str, AttributeValue]]:
     """Per node (in window order): ``perf.<alias>``, the per-thread split when several threads
     worked on it, and the aliases that were not counted."""
-    out = []
-    keys: dict[str, tuple[str, str]] = {}  # alias -> its attribute and its by-thread attribute
-    for values, threads in zip(counts.attribution.nodes, counts.attribution.threads, strict=True):
-        attributes: dict[str, AttributeValue] = {}
-        missing = []
-        for alias, value in values.items():
-            if isnan(value):  # not counted during this node
-                missing.append(alias)
-            else:
-                key = keys.get(alias) or keys.setdefault(alias, _keys(alias))
-                attributes[key[0]] = round(value)
-        if missing:
-            attributes[semconv.PERF_NOT_COUNTED] = missing
-        if len(threads) > 1:
-            tids = sorted(threads)
-            attributes[semconv.PERF_THREAD_IDS] = tids
-            per_thread = [threads[tid] for tid in tids]
-            for alias in values:
-                split = [each.get(alias, math.nan) for each in per_thread]
-                if not any(isnan(value) for value in split):
-                    key = keys.get(alias) or keys.setdefault(alias, _keys(alias))
-                    attributes[key[1]] = [round(value) for value in split]
-        out.append(attributes)
+    attribution = counts.attribution
+    columns = attribution.columns
+    if columns is None or len({thread.tid for thread in columns.threads}) < len(columns.threads):
+        return [_node(*node) for node in zip(attribution.nodes, attribution.threads, strict=True)]
+    return _from_columns(attribution, columns)
+
+
+def _from_columns(
+    attribution: Attribution, columns: NodeColumns
+) -> list[dict[str, AttributeValue]]:
+    """``node_attributes`` from the arrays ``attribute`` made: the same, a column at a time
+    (nodes with an alias not counted, rare, one at a time)."""
+    aliases = columns.aliases
+    if not aliases:
+        return [{} for _ in range(columns.nodes)]
+    threads = sorted(columns.threads, key=lambda thread: thread.tid)
+    width = len(aliases)  # rows: the totals, then each thread's values, alias by alias
+    ints = as_ints(
+        np.stack(
+            [columns.values[alias] for alias in aliases]
+            + [thread.values[alias] for thread in threads for alias in aliases]
+        )
+    )
+    if ints is None:  # inf or huge values: rounded one by one
+        return [_node(*node) for node in zip(attribution.nodes, attribution.threads, strict=True)]
+    keys = [_keys(alias) for alias in aliases]
+    value_keys = [key[0] for key in keys]
+    split_keys = [key[1] for key in keys]
+    uncounted = np.zeros(columns.nodes, dtype=bool)  # a NaN total: a NaN on some thread too
+    for alias in aliases:
+        uncounted |= np.isnan(columns.values[alias])
+    on_cpu = np.array([thread.on_cpu for thread in threads], dtype=bool).reshape(len(threads), -1)
+    on_cpu[:, on_cpu.sum(axis=0) < 2] = False  # a node's split: only when several threads
+    counted = np.flatnonzero(~uncounted)
+    counted = counted[np.lexsort(on_cpu[:, counted])]  # the nodes of each set of threads together
+    sets = on_cpu[:, counted]
+    new_set = np.flatnonzero((sets[:, 1:] != sets[:, :-1]).any(axis=0)) + 1
+    out: list[dict[str, AttributeValue]] = [{} for _ in range(columns.nodes)]
+    for first, indices in zip([0, *new_set.tolist()], np.split(counted, new_set), strict=True):
+        members = np.flatnonzero(sets[:, first]).tolist() if len(indices) else []
+        chosen = ints[:, indices]
+        rows: list[list[Any]] = chosen[:width].tolist()
+        names = value_keys
+        if members:
+            tids = [threads[at].tid for at in members]
+            rows.append([list(tids) for _ in indices])
+            rows += [
+                chosen[[width * (1 + at) + column for at in members]].T.tolist()
+                for column in range(width)
+            ]
+            names = [*value_keys, semconv.PERF_THREAD_IDS, *split_keys]
+        for index, row in zip(indices.tolist(), zip(*rows, strict=False), strict=False):
+            out[index] = dict(zip(names, row, strict=False))
+    for index in np.flatnonzero(uncounted).tolist():
+        out[index] = _node(attribution.nodes[index], attribution.threads[index])
     return out
+
+
+def _node(
+    values: dict[str, float], threads: dict[int, dict[str, float]]
+) -> dict[str, AttributeValue]:
+    """One node's attributes from its value per alias and its threads' values."""
+    attributes: dict[str, AttributeValue] = {}
+    missing = []
+    for alias, value in values.items():
+        if isnan(value):  # not counted during this node
+            missing.append(alias)
+        else:
+            attributes[semconv.PERF_PREFIX + alias] = round(value)
+    if missing:
+        attributes[semconv.PERF_NOT_COUNTED] = missing
+    if len(threads) > 1:
+        tids = sorted(threads)
+        attributes[semconv.PERF_THREAD_IDS] = tids
+        per_thread = [threads[tid] for tid in tids]
+        for alias in values:
+            split = [each.get(alias, math.nan) for each in per_thread]
+            if not any(isnan(value) for value in split):
+                attributes[_keys(alias)[1]] = [round(value) for value in split]
+    return attributes
 
 
 def _keys(alias: str) -> tuple[str, str]:
