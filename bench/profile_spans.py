@@ -114,9 +114,10 @@ def worker_path(path: Path, builder: SpanBuilder | None = None) -> None:
     processor = ProfileExportProcessor(exporter, ProtobufSpans())
     provider.add_span_processor(processor)
     builder, delivery = builder or SpanBuilder(provider), SpanDelivery(provider)
-    with gc_paused():  # as the worker's conversion
+    with gc_paused():  # as the worker's conversion: the parsed file freed before it ends
         profile = read_profile(path, start_ns=time.time_ns())
         drafts, _ = builder.node_drafts(profile, profile.runs[0], 1, 1)
+        del profile
     delivery.deliver_drafts(drafts)
     processor.force_flush()
     processor.shutdown()

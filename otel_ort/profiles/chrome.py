@@ -15,6 +15,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
+from msgspec import Raw
+
+from otel_ort.profiles import ort_events
+from otel_ort.profiles.ort_events import OrtEvent
 
 START_TIME_KEY = "start_time_unix_ns"
 """``otherData`` key: absolute time (ns since the epoch) of ``ts == 0``; the reader uses it."""
@@ -37,24 +41,14 @@ def enrich(
     events (``"ph": "C"``) of one process, such as ``perf.tracks.counter_events`` makes, as if
     they ended ``events`` (only the first is looked at). ``thread_names`` maps OS thread ids
     to names; other threads get a generic one."""
-    pids: set[int] = set()
-    tids: set[tuple[int, int]] = set()
+    ids = {key: other_data[key] for key in ("trace_id", "span_id") if key in other_data}
+    threads = _Threads()
     if tracks:
         pid, tid = tracks[0].get("pid"), tracks[0].get("tid")
         if isinstance(pid, int) and isinstance(tid, int):
-            pids.add(pid)
-    for event in events:
-        if not isinstance(event, dict):
-            continue
-        pid, tid = event.get("pid"), event.get("tid")
-        if isinstance(pid, int) and isinstance(tid, int):
-            pids.add(pid)
-            if event.get("ph") != "C":  # a counter track is the process's, not a thread's
-                tids.add((pid, tid))
-        if event.get("name") == "model_run" and isinstance(event.get("args"), dict):
-            event["args"].update(
-                {key: other_data[key] for key in ("trace_id", "span_id") if key in other_data}
-            )
+            threads.pids.add(pid)
+    threads.scan(events, ids)
+    pids, tids = threads.pids, threads.tids
     metadata: list[dict[str, Any]] = []
     for pid in sorted(pids):
         name = "GPU kernels" if pid == _GPU_PID else process_name
@@ -68,10 +62,42 @@ def enrich(
         "displayTimeUnit": "ms",
         "otherData": other_data,
     }
+    if threads.typed:  # ORT's args written back as they were read
+        return ort_events.encode(enriched)
     try:
         return orjson.dumps(enriched)  # several times faster than json, on the worker's path
     except orjson.JSONEncodeError:  # what only json writes (an integer over 64 bits)
         return json.dumps(enriched, separators=(",", ":")).encode()
+
+
+class _Threads:
+    """The processes and threads the events name; whether any event was read by type."""
+
+    def __init__(self) -> None:
+        self.pids: set[int] = set()
+        self.tids: set[tuple[int, int]] = set()
+        self.typed = False
+
+    def scan(self, events: list[Any], ids: Mapping[str, Any]) -> None:
+        """Note each event's process and thread; give the ``model_run`` event ``ids``."""
+        for event in events:
+            if type(event) is OrtEvent:  # a file in ORT's own shape (its fields' types checked)
+                self.typed = True
+                self.add(event.pid, event.tid, event.ph)
+                if event.name == "model_run":
+                    raw = {key: Raw(orjson.dumps(value)) for key, value in ids.items()}
+                    event.args = {**event.args, **raw}
+            elif isinstance(event, dict):
+                pid, tid = event.get("pid"), event.get("tid")
+                if isinstance(pid, int) and isinstance(tid, int):
+                    self.add(pid, tid, event.get("ph"))
+                if event.get("name") == "model_run" and isinstance(event.get("args"), dict):
+                    event["args"].update(ids)
+
+    def add(self, pid: int, tid: int, ph: object) -> None:
+        self.pids.add(pid)
+        if ph != "C":  # a counter track is the process's, not a thread's
+            self.tids.add((pid, tid))
 
 
 def _meta(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:

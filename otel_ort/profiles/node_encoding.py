@@ -9,7 +9,9 @@ look-up here. Caches are keyed per attribute by the raw value, of one exact type
 and their splits by thread when ``int`` (a list of them as a tuple), and a shape list by its
 orjson text (the same text is the same JSON value; text holding ``null``, which ``NaN``,
 ``Infinity`` and ``None`` all become, is not cached). Other values (a file not ORT's) are
-encoded each time. Each cache holds at most ``_CACHE_LIMIT`` entries, then starts again.
+encoded each time. Args read by type (:class:`~otel_ort.profiles.ort_events.RawArgs`) are
+cached by their raw JSON text instead, parsed only when not cached; a thread statistics'
+summary too. Each cache holds at most ``_CACHE_LIMIT`` entries, then starts again.
 
 A node whose attributes could collide (both ``node_index`` and ``graph_index``, or extra
 attributes named like a node's) or that span limits would cut is left to the dict path
@@ -24,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import orjson
+from msgspec import Raw
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.util.types import AttributeValue
 
@@ -47,19 +50,25 @@ from otel_ort.profiles.node_attributes import (
     int_value,
     shapes_of,
 )
+from otel_ort.profiles.ort_events import RawArgs, raw_value
 from otel_ort.profiles.records import NodeRecord
 from otel_ort.profiles.span_draft import SpanDraft
 
 _logger = logging.getLogger("otel_ort")
 
 _CACHE_LIMIT = 1 << 14
+_STATS_LIMIT = 1 << 10
+"""Thread statistics' texts mostly differ from run to run (they hold times): their cache
+keeps the ones that repeat within a run (a node that used no pool thread) in a few hundred
+KB rather than megabytes."""
 _V = TypeVar("_V")
 _DOUBLE = struct.Struct("<d")
 _NODE_PREFIX = "onnxruntime.node."
 """Every node attribute's name starts so, but ``thread.id``'s."""
 _INT, _SHAPE, _THREADS, _IGNORED = range(4)
-_Handler = tuple[int, bytes, dict[Any, bytes]]
-"""How an arg is encoded: its kind, its attribute's key field, the cache of its values."""
+_Handler = tuple[int, bytes, dict[Any, bytes], dict[bytes, bytes]]
+"""How an arg is encoded: its kind, its attribute's key field, the cache of its values and
+the cache of its raw texts."""
 
 
 _ATTRIBUTE_TAG = 0x4A  # Span.attributes: field 9, length-delimited
@@ -125,6 +134,7 @@ class NodeEncoder:
         }
         self._name_key = attribute_key(semconv.NODE_NAME)
         self._extra: dict[str, tuple[bytes, dict[int | tuple[int, ...], bytes]]] = {}
+        self._stats: dict[bytes, tuple[bytes, ...]] = {}
 
     def parts(
         self,
@@ -143,7 +153,10 @@ class NodeEncoder:
             named = self._named(node.name)
         pieces = [named[1]]
         self._record_pieces(node, pieces.append)
-        self._arg_pieces(args, pieces.append)
+        if type(args) is RawArgs:
+            self._raw_arg_pieces(args.raw, pieces.append)
+        else:
+            self._arg_pieces(args, pieces.append)
         skipped = self._extra_pieces(extra, pieces.append) if extra else 0
         if skipped < 0:
             return None
@@ -193,6 +206,44 @@ class NodeEncoder:
             elif kind == _THREADS and isinstance(value, dict):
                 self._thread_summary(value, append)
 
+    def _raw_arg_pieces(self, raw_args: dict[str, Raw], append: Callable[[bytes], None]) -> None:
+        """``_arg_pieces`` for args kept as raw JSON text (a file read by type): each
+        attribute cached by its arg's text (the same text is the same JSON value), parsed
+        only when not cached; thread statistics' summaries too."""
+        handlers = self._args
+        for key, raw in raw_args.items():
+            handler = handlers.get(key)
+            if handler is None:
+                handler = self._handler(key)
+            kind = handler[0]
+            if kind == _IGNORED:
+                continue
+            text = bytes(raw)
+            if kind == _THREADS:
+                summary = self._stats.get(text)
+                if summary is None:
+                    value = raw_value(raw)
+                    made: list[bytes] = []
+                    if isinstance(value, dict):
+                        self._thread_summary(value, made.append)
+                    summary = _put(self._stats, text, tuple(made), _STATS_LIMIT)
+                for each in summary:
+                    append(each)
+                continue
+            cache = handler[3]
+            piece = cache.get(text)
+            if piece is None:
+                value = raw_value(raw)
+                if kind == _INT:
+                    number = int_of(value)
+                    piece = b"" if number is None else _int_entry(handler[1], number)
+                else:
+                    shapes = shapes_of(value)
+                    piece = attribute_entry(handler[1], any_value(shapes)) if shapes else b""
+                _put(cache, text, piece)
+            if piece:
+                append(piece)
+
     def _extra_pieces(
         self, extra: Mapping[str, AttributeValue], append: Callable[[bytes], None]
     ) -> int:
@@ -233,13 +284,13 @@ class NodeEncoder:
     def _handler(self, key: str) -> _Handler:
         name = int_arg_name(key)
         if name is not None:
-            handler: _Handler = (_INT, attribute_key(name), {})
+            handler: _Handler = (_INT, attribute_key(name), {}, {})
         elif key in SHAPE_ARGS:
-            handler = (_SHAPE, attribute_key(SHAPE_ARGS[key]), {})
+            handler = (_SHAPE, attribute_key(SHAPE_ARGS[key]), {}, {})
         elif key == THREAD_STATS_ARG:
-            handler = (_THREADS, b"", {})
+            handler = (_THREADS, b"", {}, {})
         else:
-            handler = (_IGNORED, b"", {})
+            handler = (_IGNORED, b"", {}, {})
         return _put(self._args, key, handler)
 
     def _shapes(self, handler: _Handler, value: Any) -> bytes:
@@ -323,9 +374,9 @@ def _int_attribute(key_field: bytes, value: int | tuple[int, ...]) -> bytes:
     return attribute_entry(key_field, field(0x2A, items))
 
 
-def _put(cache: dict[Any, Any], key: Any, value: _V) -> _V:
+def _put(cache: dict[Any, Any], key: Any, value: _V, limit: int = _CACHE_LIMIT) -> _V:
     """``cache[key] = value``, the cache started again when full; returns ``value``."""
-    if len(cache) >= _CACHE_LIMIT:
+    if len(cache) >= limit:
         cache.clear()
     cache[key] = value
     return value

@@ -35,12 +35,15 @@ import re
 import time
 import zlib
 from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 import orjson
+from msgspec import Raw
 
 from otel_ort._util.gc_pause import gc_paused
 from otel_ort.profiles.chrome import START_TIME_KEY
+from otel_ort.profiles.ort_events import OrtEvent, RawArgs, decode_events, raw_value
 from otel_ort.profiles.records import KernelRecord, NodeRecord, Profile, RunRecord
 
 _NODE_SUFFIX = "_kernel_time"
@@ -73,8 +76,9 @@ def read_profile(path: str | os.PathLike[str], start_ns: int | None = None) -> P
     with gc_paused():
         events, truncated, declared_start = _load_events(path)
         parsed = _Parsed(path)
+        add = parsed.add_ort if events and type(events[0]) is OrtEvent else parsed.add
         for event in events:
-            parsed.add(event)
+            add(event)
         if not parsed.usable:
             summary = "; ".join(parsed.problem_lines()) or "no events"
             raise ProfileError(path, f"holds no ORT run, node or kernel events ({summary})")
@@ -124,6 +128,9 @@ def _load_events(path: str) -> tuple[list[Any], bool, int | None]:
             f"is empty ({len(data)} bytes): ORT leaves an empty file when a profiled run "
             "fails or its profile cannot be written (a full disk), so this run has no profile",
         )
+    ort_events = decode_events(data)  # a file as ORT writes it: typed, args left raw
+    if ort_events is not None:
+        return ort_events, False, None
     try:  # orjson: a valid file, read in a fraction of the standard library's time
         return _document_events(path, orjson.loads(data))
     except orjson.JSONDecodeError:  # not UTF-8, lone surrogates, NaN, cut short: read below
@@ -227,6 +234,7 @@ class _Parsed:
         self.kernels: list[KernelRecord] = []
         self.fences = 0
         self.problems: Counter[str] = Counter()
+        self._texts: dict[bytes, str] = {}
 
     @property
     def usable(self) -> bool:
@@ -249,16 +257,60 @@ class _Parsed:
         args = event.get("args")
         if not isinstance(args, dict):
             args = {}
+        self._add_complete(category, name, ts, dur, _tid(event), args, args.get)
+
+    def add_ort(self, event: OrtEvent) -> None:
+        """``add`` for an event decoded by type (its fields' types already checked)."""
+        if event.ph != "X":
+            return
+        ts, dur = _time(event.ts), _time(event.dur)
+        if ts is None or dur is None:
+            self.problems["'ts' or 'dur' missing, negative, not a number or over 31 years"] += 1
+            return
+        name, raw = event.name, event.args
+        if event.cat == "Node" and name.endswith(_NODE_SUFFIX):  # most events: kept short
+            op_type, provider = self._text(raw, "op_name"), self._text(raw, "provider")
+            node = NodeRecord(
+                ts, dur, name[: -len(_NODE_SUFFIX)], op_type, provider, event.tid, RawArgs(raw)
+            )
+            self.nodes.append(node)
+            return
+        args = RawArgs(raw)
+        self._add_complete(event.cat, name, ts, dur, event.tid, args, args.value)
+
+    def _text(self, raw: dict[str, Raw], key: str) -> str:
+        """An arg read as text (``str()`` of its value; ``unknown`` when missing), cached by
+        its raw text."""
+        value = raw.get(key)
+        if value is None:
+            return "unknown"
+        text = bytes(value)
+        known = self._texts.get(text)
+        if known is None:
+            known = self._texts[text] = str(raw_value(value))
+        return known
+
+    def _add_complete(
+        self,
+        category: str,
+        name: str,
+        ts: float,
+        dur: float,
+        tid: int | None,
+        args: Mapping[str, Any],
+        arg: Callable[[str, Any], Any],
+    ) -> None:
+        """A complete event with valid fields (``arg``: one arg's value, or a default)."""
         if category == "Node":
             if name.endswith(_NODE_SUFFIX):
                 self.nodes.append(
                     NodeRecord(
                         name=name[: -len(_NODE_SUFFIX)],
-                        op_type=str(args.get("op_name", "unknown")),
-                        provider=str(args.get("provider", "unknown")),
+                        op_type=str(arg("op_name", "unknown")),
+                        provider=str(arg("provider", "unknown")),
                         ts=ts,
                         dur=dur,
-                        tid=_tid(event),
+                        tid=tid,
                         args=args,
                     )
                 )
@@ -269,7 +321,7 @@ class _Parsed:
         elif category == "Kernel":
             self.kernels.append(KernelRecord(name=name, ts=ts, dur=dur, args=args))
         elif category == "Session" and name == "model_run":
-            self.model_runs.append(RunRecord(index=0, ts=ts, dur=dur, tid=_tid(event)))
+            self.model_runs.append(RunRecord(index=0, ts=ts, dur=dur, tid=tid))
 
     def problem_lines(self) -> list[str]:
         lines = [f"{count} events skipped: {why}" for why, count in self.problems.items()]

@@ -7,7 +7,7 @@ span builder turns them into absolute nanoseconds.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,7 @@ class KernelRecord(_Window):
     """One ``Kernel`` event: a GPU kernel launched by a node."""
 
     name: str
-    args: dict[str, Any]
+    args: Mapping[str, Any]
 
 
 @dataclass(slots=True)
@@ -38,7 +38,8 @@ class NodeRecord(_Window):
     op_type: str
     provider: str
     tid: int | None
-    args: dict[str, Any]
+    args: Mapping[str, Any]
+    """The event's args (read-only; parsed when first read, for a file read by type)."""
     kernels: list[KernelRecord] = field(default_factory=list)
 
 
@@ -73,7 +74,8 @@ class Profile:
     problems: list[str] = field(default_factory=list)
     """Events skipped and why, one line per kind of problem, with counts."""
     events: list[Any] = field(default_factory=list, repr=False)
-    """The file's events as loaded (for rewriting the file without parsing it again)."""
+    """The file's events as loaded (for rewriting the file without parsing it again): dicts,
+    or :class:`~otel_ort.profiles.ort_events.OrtEvent` s for a file in exactly ORT's shape."""
 
 
 def holders(nodes: Sequence[NodeRecord]) -> list[int | None]:

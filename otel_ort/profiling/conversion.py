@@ -84,12 +84,15 @@ class Converter:
     ) -> None:
         """Spans, enriched file, retention; what went wrong goes to ``problems``.
 
-        The cyclic garbage collector is paused while the profile is read, counted and made
-        into spans, and while the kept file is written: the collections the profile's tens of
-        thousands of acyclic objects would trigger, and the full ones they would lead to,
-        cost more than the work (measured 2026-11-26, a 415-node model: 6.1 ms of the
-        worker's CPU a run, 2.6 ms with these pauses). It runs during the delivery, which
-        may wait for room in an export queue as long as an export takes."""
+        The cyclic garbage collector is paused while the profile is read, counted, made into
+        span drafts and written as the kept file: the collections the profile's tens of
+        thousands of acyclic objects would trigger, and the full ones they would lead to, cost
+        more than the work (measured 2026-11-26, a 415-node model: 6.1 ms of the worker's CPU
+        a run, 2.6 ms with these pauses). The parsed file is freed before the collector is
+        back, so that its first collection sees only the drafts. The drafts are delivered
+        after the pause: delivery may wait for room in an export queue as long as an export
+        takes, and a kept file that could not be written does not cost the run its spans."""
+        built = None
         with gc_paused():
             try:
                 profile = read_run(store, run.files, run.start_ns)
@@ -102,12 +105,14 @@ class Converter:
             if run.counters is not None and profile.runs:
                 counts = self._perf_counts(span, profile, run.counters, problems)
             node_counts = counts.nodes if counts is not None else []
-            built = None
             if span.is_recording() and profile.runs:
                 try:
                     built = self._build(profile, span, node_counts)
                 except NotSdkTracerProvider as exc:  # no node spans; the file is still kept
                     problems.append(f"{exc}; the Chrome JSON is still kept")
+            del node_counts
+            self._publish(store, span, run, session_facts, profile, counts, problems)
+            del profile, counts  # freed before the collector is back
         if built is not None:
             delivery, drafts, summary = built
             dropped = delivery.deliver_drafts(drafts)
@@ -116,6 +121,19 @@ class Converter:
             if dropped:
                 span.set_attribute(semconv.PROFILE_SPANS_DROPPED, dropped)
                 self._count("spans_dropped", dropped)
+
+    def _publish(
+        self,
+        store: ProfileStore,
+        span: Span,
+        run: ProfiledRun,
+        session_facts: Any,
+        profile: Profile,
+        counts: ProfileCounts | None,
+        problems: list[str],
+    ) -> None:
+        """The kept file (with the perf counter tracks) and retention; a failure goes to
+        ``problems``."""
         context = span.get_span_context()
         other_data = {
             "session_id": session_facts.session_id,
@@ -125,10 +143,13 @@ class Converter:
         if context.is_valid:  # not without an SDK tracer provider: no trace to point to
             other_data["trace_id"] = format_trace_id(context.trace_id)
             other_data["span_id"] = format_span_id(context.span_id)
-        with gc_paused():  # the tracks are made here, so that no collection sees them
+        try:
             tracks = counts.tracks() if counts is not None else []
             deleted = publish_run(store, run.files, profile, other_data, run.thread, tracks)
-            del tracks  # freed before the collector is back
+        except Exception as exc:
+            problems.append(f"keeping the profile failed: {exc!r}")
+            report_failure("could not keep a profiled run's profile")
+            return
         if deleted:
             self._count("files_deleted", deleted)
 

@@ -1,0 +1,114 @@
+"""ORT's own profile files decoded by type: the eight fields ORT writes per event, each arg
+kept as its raw JSON text until it is read.
+
+A file ORT wrote is a bare array of events with exactly ``cat``, ``pid``, ``tid``, ``dur``,
+``ts``, ``ph``, ``name`` and ``args``. Decoded into typed events (msgspec), it is read in
+about half the time of a full parse, and its args cost nothing until they are read: the node
+encoder keys its caches by each arg's raw text, so a value seen before is never parsed. The
+events are not tracked by the garbage collector (they hold no cycles).
+
+Any other file, or one with anything unusual (another field, a missing one, another type,
+invalid UTF-8, a ``\\ud800``-style escape, ``NaN``, a file cut short), is not decoded here
+(``None``): the general reader takes it, with its own rules for each of those.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import msgspec
+import orjson
+
+
+class OrtEvent(msgspec.Struct, gc=False, forbid_unknown_fields=True):
+    """One event as ORT writes it (the fields in ORT's order, which encoding keeps)."""
+
+    cat: str
+    pid: int
+    tid: int
+    dur: int | float
+    ts: int | float
+    ph: str
+    name: str
+    args: dict[str, msgspec.Raw]
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_DECODER = msgspec.json.Decoder(list[OrtEvent])
+_ENCODER = msgspec.json.Encoder()
+
+
+def decode_events(data: bytes) -> list[OrtEvent] | None:
+    """The events of a file in exactly ORT's shape; ``None`` for any other (see the module's
+    docstring)."""
+    if not data.lstrip().startswith(b"["):
+        return None
+    if b"\\" in data and _SURROGATE_ESCAPE.search(data):  # one byte's search: fast
+        return None
+    try:
+        return _DECODER.decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError):  # ValidationError is a DecodeError
+        return None
+
+
+def encode(document: Any) -> bytes:
+    """JSON of ``document``, which may hold :class:`OrtEvent` s and ``msgspec.Raw`` values
+    (written as they were read)."""
+    return _ENCODER.encode(document)
+
+
+def raw_value(raw: msgspec.Raw) -> Any:
+    """An arg's value, as the general reader's parse of the whole file gives it (the standard
+    library's where orjson refuses the text: a number such as ``1e400``)."""
+    try:
+        return orjson.loads(memoryview(raw))
+    except orjson.JSONDecodeError:
+        return json.loads(bytes(raw))
+
+
+class RawArgs(Mapping[str, Any]):
+    """An event's args, parsed when first read as a mapping; ``raw`` keeps each value's
+    JSON text."""
+
+    __slots__ = ("_parsed", "raw")
+
+    def __init__(self, raw: dict[str, msgspec.Raw]) -> None:
+        self.raw = raw
+        self._parsed: dict[str, Any] | None = None
+
+    def value(self, key: str, default: Any = None) -> Any:
+        """One arg's value, parsing only it."""
+        raw = self.raw.get(key)
+        return default if raw is None else raw_value(raw)
+
+    def parsed(self) -> dict[str, Any]:
+        """Every arg's value."""
+        parsed = self._parsed
+        if parsed is None:
+            parsed = self._parsed = {key: raw_value(raw) for key, raw in self.raw.items()}
+        return parsed
+
+    def __getitem__(self, key: str) -> Any:
+        return self.parsed()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.raw)
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.raw
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RawArgs):
+            other = other.parsed()
+        return self.parsed() == other
+
+    __hash__ = None  # type: ignore[assignment]  # a mapping, as dict
+
+    def __repr__(self) -> str:
+        return repr(self.parsed())
