@@ -189,6 +189,24 @@ def test_the_byte_budget_keeps_the_longest_nodes_and_counts_the_rest(
     assert len(drafts) - 1 + left + kernels_left == len(everything) - 1
 
 
+def test_the_first_node_over_the_byte_budget_ends_the_choice(tmp_path: Path) -> None:
+    """Nodes are taken longest first; the first one whose bytes do not fit ends the choice
+    (shorter ones are not encoded to look for one that would): every node left out is no
+    longer than any node kept."""
+    events = [model_run(0, 1000), node_event("short", "Relu", 500, 10)]
+    events += [node_event(f"long_{k}_" + "x" * 300, "Conv", 10 + 40 * k, 30 - k) for k in range(3)]
+    path = write(tmp_path / "budget.json", events)
+    everything = [d for d in drafts_of(path) if d.name != semconv.SPAN_RUN]
+    sizes = {d.name: ProtobufSpans().measure(d) for d in everything}
+    budget = sizes["long_0_" + "x" * 300] + sizes["long_1_" + "x" * 300] + sizes["short"]
+    drafts = drafts_of(path, options={"max_trace_bytes": budget})  # short would fit; long_2 not
+    assert sorted(d.name[:6] for d in drafts if d.name != semconv.SPAN_RUN) == ["long_0", "long_1"]
+    run = drafts[-1].attributes
+    assert run[semconv.RUN_NODES_NOT_EMITTED] == 2
+    assert run[semconv.RUN_NOT_EMITTED_LIMIT] == "max_trace_bytes"
+    assert run[semconv.RUN_EMITTED_BYTES] == budget - sizes["short"]
+
+
 def test_both_limits_apply_whichever_binds_first(profiles: dict[str, Path]) -> None:
     by_spans = drafts_of(
         profiles["session"], options={"max_node_spans": 5, "max_trace_bytes": 10**9}

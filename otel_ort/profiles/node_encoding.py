@@ -66,9 +66,10 @@ _DOUBLE = struct.Struct("<d")
 _NODE_PREFIX = "onnxruntime.node."
 """Every node attribute's name starts so, but ``thread.id``'s."""
 _INT, _SHAPE, _THREADS, _IGNORED = range(4)
-_Handler = tuple[int, bytes, dict[Any, bytes], dict[bytes, bytes]]
-"""How an arg is encoded: its kind, its attribute's key field, the cache of its values and
-the cache of its raw texts."""
+_Handler = tuple[int, bytes, dict[Any, bytes]]
+"""How an arg is encoded: its kind, its attribute's key field, the cache of its values."""
+_UNSEEN: dict[bytes, bytes] = {}
+"""An arg name the raw texts' caches have not met yet."""
 
 
 _ATTRIBUTE_TAG = 0x4A  # Span.attributes: field 9, length-delimited
@@ -135,6 +136,8 @@ class NodeEncoder:
         self._name_key = attribute_key(semconv.NODE_NAME)
         self._extra: dict[str, tuple[bytes, dict[int | tuple[int, ...], bytes]]] = {}
         self._stats: dict[bytes, tuple[bytes, ...]] = {}
+        self._raw: dict[str, dict[bytes, bytes] | None] = {}
+        """Per arg name, its attributes by raw text (``None``: the arg is no attribute)."""
 
     def parts(
         self,
@@ -210,39 +213,47 @@ class NodeEncoder:
         """``_arg_pieces`` for args kept as raw JSON text (a file read by type): each
         attribute cached by its arg's text (the same text is the same JSON value), parsed
         only when not cached; thread statistics' summaries too."""
-        handlers = self._args
+        by_key = self._raw
         for key, raw in raw_args.items():
-            handler = handlers.get(key)
-            if handler is None:
-                handler = self._handler(key)
-            kind = handler[0]
-            if kind == _IGNORED:
+            if key == THREAD_STATS_ARG:
+                self._raw_stats(raw, append)
                 continue
+            texts = by_key.get(key, _UNSEEN)
+            if texts is None:  # an arg that is no attribute
+                continue
+            if texts is _UNSEEN:
+                texts = by_key[key] = None if self._handler(key)[0] == _IGNORED else {}
+                if texts is None:
+                    continue
             text = bytes(raw)
-            if kind == _THREADS:
-                summary = self._stats.get(text)
-                if summary is None:
-                    value = raw_value(raw)
-                    made: list[bytes] = []
-                    if isinstance(value, dict):
-                        self._thread_summary(value, made.append)
-                    summary = _put(self._stats, text, tuple(made), _STATS_LIMIT)
-                for each in summary:
-                    append(each)
-                continue
-            cache = handler[3]
-            piece = cache.get(text)
+            piece = texts.get(text)
             if piece is None:
-                value = raw_value(raw)
-                if kind == _INT:
-                    number = int_of(value)
-                    piece = b"" if number is None else _int_entry(handler[1], number)
-                else:
-                    shapes = shapes_of(value)
-                    piece = attribute_entry(handler[1], any_value(shapes)) if shapes else b""
-                _put(cache, text, piece)
+                piece = _put(texts, text, self._raw_piece(key, raw))
             if piece:
                 append(piece)
+
+    def _raw_piece(self, key: str, raw: Raw) -> bytes:
+        """The attribute of an int or shape arg (``b""``: none), parsed from its text."""
+        kind, key_field, _ = self._args.get(key) or self._handler(key)
+        value = raw_value(raw)
+        if kind == _INT:
+            number = int_of(value)
+            return b"" if number is None else _int_entry(key_field, number)
+        shapes = shapes_of(value)
+        return attribute_entry(key_field, any_value(shapes)) if shapes else b""
+
+    def _raw_stats(self, raw: Raw, append: Callable[[bytes], None]) -> None:
+        """A thread statistics' summary, cached by its text."""
+        text = bytes(raw)
+        summary = self._stats.get(text)
+        if summary is None:
+            value = raw_value(raw)
+            made: list[bytes] = []
+            if isinstance(value, dict):
+                self._thread_summary(value, made.append)
+            summary = _put(self._stats, text, tuple(made), _STATS_LIMIT)
+        for each in summary:
+            append(each)
 
     def _extra_pieces(
         self, extra: Mapping[str, AttributeValue], append: Callable[[bytes], None]
@@ -284,13 +295,13 @@ class NodeEncoder:
     def _handler(self, key: str) -> _Handler:
         name = int_arg_name(key)
         if name is not None:
-            handler: _Handler = (_INT, attribute_key(name), {}, {})
+            handler: _Handler = (_INT, attribute_key(name), {})
         elif key in SHAPE_ARGS:
-            handler = (_SHAPE, attribute_key(SHAPE_ARGS[key]), {}, {})
+            handler = (_SHAPE, attribute_key(SHAPE_ARGS[key]), {})
         elif key == THREAD_STATS_ARG:
-            handler = (_THREADS, b"", {}, {})
+            handler = (_THREADS, b"", {})
         else:
-            handler = (_IGNORED, b"", {}, {})
+            handler = (_IGNORED, b"", {})
         return _put(self._args, key, handler)
 
     def _shapes(self, handler: _Handler, value: Any) -> bytes:

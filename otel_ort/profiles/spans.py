@@ -32,7 +32,7 @@ limits allow; the other nodes are summarised per op type on the run span
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import TracerProvider
@@ -158,14 +158,21 @@ class SpanBuilder:
     ) -> tuple[list[SpanDraft], dict[str, AttributeValue]]:
         nodes = run.nodes
         base = profile.start_ns
-        node_drafts, kernel_drafts, sizes = self._measured(nodes, base, trace_id, parent_id, extra)
         measure = self._encoder.measure
         unmatched = [
             self._kernel_draft(kernel, trace_id, parent_id, base, True)
             for kernel in run.unmatched_kernels
         ]
         unmatched_sizes = [measure(kernel) for kernel in unmatched]
-        selection = self._select(nodes, sizes, run.unmatched_kernels, unmatched_sizes)
+        made: dict[int, tuple[SpanDraft, list[SpanDraft]]] = {}
+
+        def node_size(at: int) -> int:
+            node_extra = extra[at] if at < len(extra) else None
+            draft, kernels, size = self._measured(nodes[at], base, trace_id, parent_id, node_extra)
+            made[at] = draft, kernels
+            return size
+
+        selection = self._select(nodes, node_size, run.unmatched_kernels, unmatched_sizes)
         shown_unmatched = [unmatched[at] for at in selection.unmatched]
         emitted = selection.nodes
         new_id = self._ids.generate_span_id
@@ -173,9 +180,9 @@ class SpanBuilder:
         held_by = _emitted_holders(holders(nodes), ids)
         drafts: list[SpanDraft] = []
         for at in emitted:
-            draft = node_drafts[at]
+            draft, kernels = made[at]
             draft.span_id = ids[at]
-            for kernel in kernel_drafts[at]:
+            for kernel in kernels:
                 kernel.span_id, kernel.parent_id = new_id(), draft.span_id
                 drafts.append(kernel)
                 draft.start = min(draft.start, kernel.start)
@@ -183,12 +190,12 @@ class SpanBuilder:
         for at in sorted(emitted, key=lambda at: -_depth(at, held_by)):  # held ones first
             holder = held_by[at]
             if holder is not None:  # a holder's span holds its nodes' spans
-                held, holding = node_drafts[at], node_drafts[holder]
+                held, holding = made[at][0], made[holder][0]
                 holding.start = min(holding.start, held.start)
                 holding.end = max(holding.end, held.end)
         for at in emitted:
             holder = held_by[at]
-            draft = node_drafts[at]
+            draft = made[at][0]
             draft.parent_id = parent_id if holder is None else ids[holder]
             drafts.append(draft)
         for kernel in shown_unmatched:
@@ -199,89 +206,82 @@ class SpanBuilder:
 
     def _measured(
         self,
-        nodes: list[NodeRecord],
+        node: NodeRecord,
         base: int,
         trace_id: int,
         parent_id: int,
-        extra: Sequence[Mapping[str, AttributeValue]],
-    ) -> tuple[list[SpanDraft], list[list[SpanDraft]], list[int]]:
-        """Each node's draft, its kernels' drafts, and their encoded size together. A node's
+        node_extra: Mapping[str, AttributeValue] | None,
+    ) -> tuple[SpanDraft, list[SpanDraft], int]:
+        """A node's draft, its kernels' drafts, and their encoded size together. Its
         attributes are encoded from its args (:mod:`otel_ort.profiles.node_encoding`) and
         made as a dict only if read, unless span limits may cut them."""
         measure = self._encoder.measure
-        encode = self._nodes.parts if self._max_length is None else None
-        limit, resource = self._max_attributes, self._resource
-        node_drafts: list[SpanDraft] = []
-        kernel_drafts: list[list[SpanDraft]] = []
-        sizes: list[int] = []
-        for at, node in enumerate(nodes):
-            node_extra = extra[at] if at < len(extra) else None
-            start, end = base + int(node.ts * 1000), base + int(node.end * 1000)
-            parts = encode(node, node_extra, limit) if encode is not None else None
-            if parts is not None:
-                attributes = DeferredAttributes(node_attributes, node, node_extra)
-                draft = SpanDraft(
-                    trace_id, 0, parent_id, clip(node.name), start, end, attributes, resource,
-                    _SCOPE,
-                )  # fmt: skip
-                draft.encoded = parts
-            else:
-                draft = self._draft(
-                    clip(node.name), trace_id, parent_id, node_attributes(node, node_extra),
-                    start, end,
-                )  # fmt: skip
-            node_drafts.append(draft)
-            size = measure(draft)
-            kernels: list[SpanDraft] = []
-            if node.kernels:
-                kernels = [
-                    self._kernel_draft(k, trace_id, _PLACEHOLDER, base, False) for k in node.kernels
-                ]
-                size += sum(measure(kernel) for kernel in kernels)
-            kernel_drafts.append(kernels)
-            sizes.append(size)
-        return node_drafts, kernel_drafts, sizes
+        start, end = base + int(node.ts * 1000), base + int(node.end * 1000)
+        parts = None
+        if self._max_length is None:
+            parts = self._nodes.parts(node, node_extra, self._max_attributes)
+        if parts is not None:
+            attributes = DeferredAttributes(node_attributes, node, node_extra)
+            draft = SpanDraft(
+                trace_id, 0, parent_id, clip(node.name), start, end, attributes, self._resource,
+                _SCOPE,
+            )  # fmt: skip
+            draft.encoded = parts
+        else:
+            draft = self._draft(
+                clip(node.name), trace_id, parent_id, node_attributes(node, node_extra),
+                start, end,
+            )  # fmt: skip
+        size = measure(draft)
+        kernels: list[SpanDraft] = []
+        if node.kernels:
+            kernels = [
+                self._kernel_draft(k, trace_id, _PLACEHOLDER, base, False) for k in node.kernels
+            ]
+            size += sum(measure(kernel) for kernel in kernels)
+        return draft, kernels, size
 
     def _select(
         self,
         nodes: list[NodeRecord],
-        sizes: list[int],
+        node_size: Callable[[int], int],
         unmatched: list[KernelRecord],
         unmatched_sizes: list[int],
     ) -> _Selection:
         """Which nodes get spans (their indexes, in order), with their kernels, and which
-        unmatched kernels: the longest nodes first, then the longest unmatched kernels, each
-        taken while both the span count and the byte budget allow it."""
+        unmatched kernels. The nodes are taken longest first: one whose spans exceed the span
+        count left is passed over; the first whose bytes exceed the byte budget left ends the
+        choice, so that the nodes after it are never encoded (``node_size`` encodes one).
+        Then the longest unmatched kernels fill what is left."""
         spans_left, bytes_left = self.max_node_spans, self.max_trace_bytes
-        kernel_count = sum(len(node.kernels) for node in nodes)
-        total = sum(sizes) + sum(unmatched_sizes)
-        if len(nodes) + kernel_count + len(unmatched) <= spans_left and total <= bytes_left:
-            return _Selection(list(range(len(nodes))), [], list(range(len(unmatched))), "", total)
         limit = ""
         kept: list[int] = []
-        for at in sorted(range(len(nodes)), key=lambda at: -nodes[at].dur):
-            cost, size = 1 + len(nodes[at].kernels), sizes[at]
-            if cost <= spans_left and size <= bytes_left:
-                kept.append(at)
-                spans_left, bytes_left = spans_left - cost, bytes_left - size
-            elif not limit:
-                limit = _LIMIT_SPANS if cost > spans_left else _LIMIT_BYTES
-        shown: set[int] = set()
+        left_out: list[int] = []
+        order = sorted(range(len(nodes)), key=lambda at: -nodes[at].dur)
+        for position, at in enumerate(order):
+            cost = 1 + len(nodes[at].kernels)
+            if cost > spans_left:
+                limit = limit or _LIMIT_SPANS
+                left_out.append(at)
+                continue
+            size = node_size(at)
+            if size > bytes_left:
+                limit = limit or _LIMIT_BYTES
+                left_out += order[position:]
+                break
+            kept.append(at)
+            spans_left, bytes_left = spans_left - cost, bytes_left - size
+        shown: list[int] = []
         for at in sorted(range(len(unmatched)), key=lambda at: -unmatched[at].dur):
             if spans_left >= 1 and unmatched_sizes[at] <= bytes_left:
-                shown.add(at)
+                shown.append(at)
                 spans_left, bytes_left = spans_left - 1, bytes_left - unmatched_sizes[at]
             elif not limit:
                 limit = _LIMIT_SPANS if spans_left < 1 else _LIMIT_BYTES
         kept.sort()
-        chosen = set(kept)
-        return _Selection(
-            kept,
-            [at for at in range(len(nodes)) if at not in chosen],
-            sorted(shown),
-            limit,
-            self.max_trace_bytes - bytes_left,
-        )
+        left_out.sort()
+        shown.sort()
+        return _Selection(kept, left_out, shown, limit, self.max_trace_bytes - bytes_left)
 
     def _kernel_draft(
         self, kernel: KernelRecord, trace_id: int, parent_id: int, base: int, unmatched: bool
