@@ -70,6 +70,8 @@ def ort_file(tmp_path: Path, events: list[dict[str, Any]]) -> bytes:
         "a lone surrogate",
         "NaN",
         "not UTF-8",
+        "not UTF-8 in an arg",
+        "an encoded surrogate in an arg",
         "cut short",
         "an object",
     ],
@@ -88,6 +90,8 @@ def test_files_not_exactly_in_ort_shape_go_the_general_way(tmp_path: Path, chang
         "a lone surrogate": data.replace(b'"fc1', b'"\\ud800fc1', 1),
         "NaN": data.replace(b'"dur":5', b'"dur":NaN', 1),
         "not UTF-8": data.replace(b'"fc1', b'"\xfffc1', 1),
+        "not UTF-8 in an arg": data.replace(b'"Gemm"', b'"Ge\xffmm"', 1),
+        "an encoded surrogate in an arg": data.replace(b'"Gemm"', b'"Ge\xed\xa0\x80mm"', 1),
         "cut short": data[:-10],
         "an object": b'{"traceEvents":' + data + b"}",
     }[change]
@@ -97,6 +101,10 @@ def test_files_not_exactly_in_ort_shape_go_the_general_way(tmp_path: Path, chang
     path.write_bytes(changed)
     profile = read_profile(path)  # the general reader's rules (tested in test_profile_reader)
     assert not any(type(event) is OrtEvent for event in profile.events)
+    if "arg" in change:  # what the general reader makes of it: U+FFFD for each bad byte
+        (op_type,) = [n.op_type for r in profile.runs for n in r.nodes]
+        assert op_type.startswith("Ge\ufffd") and op_type.endswith("mm")
+        assert op_type.encode("utf-8")  # nothing an encoder refuses
 
 
 def read_as_ort_file(record: NodeRecord) -> tuple[NodeRecord, NodeRecord]:
@@ -164,6 +172,28 @@ def test_kept_file_of_a_typed_read_is_the_general_one(tmp_path: Path, real_profi
     assert kept[0] == kept[1]
     runs = [e for e in kept[0]["traceEvents"] if e["name"] == "model_run"]
     assert runs and all(e["args"]["trace_id"] == "ab" * 16 for e in runs)
+
+
+def test_a_kept_file_with_a_name_no_encoder_takes_falls_back(
+    tmp_path: Path, real_profile: Path
+) -> None:
+    """A thread name holding a lone surrogate (a Python thread may be named so): the kept
+    file of a typed read is written as the general path writes it."""
+    typed, general = read_profile(real_profile, 0), general_path(tmp_path, real_profile)
+    tid = general.runs[0].tid
+    assert tid is not None
+    kept = [
+        json.loads(
+            chrome.enrich(
+                profile.events,
+                other_data={"trace_id": "ab" * 16},
+                process_name="onnxruntime",
+                thread_names={tid: "worker-\udcff (run)"},
+            )
+        )
+        for profile in (typed, general)
+    ]
+    assert kept[0] == kept[1]
 
 
 def test_typed_and_general_reads_make_the_same_spans(tmp_path: Path, real_profile: Path) -> None:

@@ -189,22 +189,59 @@ def test_the_byte_budget_keeps_the_longest_nodes_and_counts_the_rest(
     assert len(drafts) - 1 + left + kernels_left == len(everything) - 1
 
 
-def test_the_first_node_over_the_byte_budget_ends_the_choice(tmp_path: Path) -> None:
-    """Nodes are taken longest first; the first one whose bytes do not fit ends the choice
-    (shorter ones are not encoded to look for one that would): every node left out is no
-    longer than any node kept."""
-    events = [model_run(0, 1000), node_event("short", "Relu", 500, 10)]
-    events += [node_event(f"long_{k}_" + "x" * 300, "Conv", 10 + 40 * k, 30 - k) for k in range(3)]
-    path = write(tmp_path / "budget.json", events)
+def budget_case(tmp_path: Path, events: list[Any]) -> tuple[Path, dict[str, int]]:
+    """The profile, and each node span's encoded size (the names' first 6 characters)."""
+    path = write(tmp_path / "budget.json", [model_run(0, 10_000), *events])
     everything = [d for d in drafts_of(path) if d.name != semconv.SPAN_RUN]
-    sizes = {d.name: ProtobufSpans().measure(d) for d in everything}
-    budget = sizes["long_0_" + "x" * 300] + sizes["long_1_" + "x" * 300] + sizes["short"]
-    drafts = drafts_of(path, options={"max_trace_bytes": budget})  # short would fit; long_2 not
-    assert sorted(d.name[:6] for d in drafts if d.name != semconv.SPAN_RUN) == ["long_0", "long_1"]
+    return path, {d.name[:6]: ProtobufSpans().measure(d) for d in everything}
+
+
+def emitted(drafts: list[SpanDraft]) -> list[str]:
+    return sorted(d.name[:6] for d in drafts if d.name != semconv.SPAN_RUN)
+
+
+def test_a_node_over_the_byte_budget_is_passed_over(tmp_path: Path) -> None:
+    """Nodes are taken longest first; one whose bytes do not fit what is left is passed over,
+    and shorter ones that fit are still taken."""
+    events = [node_event(f"long_{k}_" + "x" * 300, "Conv", 10 + 40 * k, 30 - k) for k in range(3)]
+    path, sizes = budget_case(tmp_path, [*events, node_event("short", "Relu", 500, 10)])
+    budget = sizes["long_0"] + sizes["long_1"] + sizes["short"]
+    drafts = drafts_of(path, options={"max_trace_bytes": budget})
+    assert emitted(drafts) == ["long_0", "long_1", "short"]
     run = drafts[-1].attributes
-    assert run[semconv.RUN_NODES_NOT_EMITTED] == 2
+    assert run[semconv.RUN_NODES_NOT_EMITTED] == 1
     assert run[semconv.RUN_NOT_EMITTED_LIMIT] == "max_trace_bytes"
-    assert run[semconv.RUN_EMITTED_BYTES] == budget - sizes["short"]
+    assert run[semconv.RUN_EMITTED_BYTES] == budget
+
+
+def test_a_node_whose_kernels_cannot_fit_does_not_empty_the_trace(tmp_path: Path) -> None:
+    """The longest node launched 100 kernels: more spans than the budget left could hold, so
+    it is passed over unencoded, and the short nodes fill the budget."""
+    kernels = [
+        kernel_event(f"k{k}", "Conv", 11 + k, 1, parent_name="gpu_kernel_time") for k in range(100)
+    ]
+    shorts = [node_event(f"short{k}", "Relu", 500 + 10 * k, 5) for k in range(5)]
+    path, _ = budget_case(tmp_path, [node_event("gpu", "Conv", 10, 200), *kernels, *shorts])
+    drafts = drafts_of(path, options={"max_trace_bytes": 100 * 46})
+    assert emitted(drafts) == [f"short{k}"[:6] for k in range(5)]
+    assert drafts[-1].attributes[semconv.RUN_KERNELS_NOT_EMITTED] == 100
+
+
+def test_after_eight_nodes_in_a_row_over_the_byte_budget_the_rest_are_not_tried(
+    tmp_path: Path,
+) -> None:
+    """The budget counts as spent: a 10,000-node run does not encode thousands of nodes
+    only to find that none fits."""
+    big = [node_event(f"big_{k}_" + "x" * 2000, "Conv", 100 + 30 * k, 20 - k) for k in range(8)]
+    events = [node_event("first", "Conv", 10, 50), *big, node_event("tiny", "Relu", 900, 1)]
+    path, sizes = budget_case(tmp_path, events)
+    drafts = drafts_of(path, options={"max_trace_bytes": sizes["first"] + sizes["tiny"]})
+    assert emitted(drafts) == ["first"]  # tiny would fit, but comes after 8 that did not
+    assert drafts[-1].attributes[semconv.RUN_NODES_NOT_EMITTED] == 9
+    fewer = [node_event("first", "Conv", 10, 50), *big[:7], node_event("tiny", "Relu", 900, 1)]
+    path, sizes = budget_case(tmp_path, fewer)
+    drafts = drafts_of(path, options={"max_trace_bytes": sizes["first"] + sizes["tiny"]})
+    assert emitted(drafts) == ["first", "tiny"]  # 7 in a row: tiny is still tried
 
 
 def test_both_limits_apply_whichever_binds_first(profiles: dict[str, Path]) -> None:

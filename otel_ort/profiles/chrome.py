@@ -63,7 +63,13 @@ def enrich(
         "otherData": other_data,
     }
     if threads.typed:  # ORT's args written back as they were read
-        return ort_events.encode(enriched)
+        try:
+            return ort_events.encode(enriched)
+        except (UnicodeEncodeError, TypeError, ValueError):  # a lone surrogate in a name
+            enriched["traceEvents"] = [
+                ort_events.as_dict(event) if type(event) is OrtEvent else event
+                for event in enriched["traceEvents"]
+            ]
     try:
         return orjson.dumps(enriched)  # several times faster than json, on the worker's path
     except orjson.JSONEncodeError:  # what only json writes (an integer over 64 bits)

@@ -222,7 +222,8 @@ class NodeEncoder:
             if texts is None:  # an arg that is no attribute
                 continue
             if texts is _UNSEEN:
-                texts = by_key[key] = None if self._handler(key)[0] == _IGNORED else {}
+                texts = None if self._handler(key)[0] == _IGNORED else {}
+                _put(by_key, key, texts)
                 if texts is None:
                     continue
             text = bytes(raw)

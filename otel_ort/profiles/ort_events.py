@@ -44,10 +44,15 @@ _ENCODER = msgspec.json.Encoder()
 def decode_events(data: bytes) -> list[OrtEvent] | None:
     """The events of a file in exactly ORT's shape; ``None`` for any other (see the module's
     docstring)."""
-    if not data.lstrip().startswith(b"["):
+    if not data[:64].lstrip().startswith(b"["):
         return None
     if b"\\" in data and _SURROGATE_ESCAPE.search(data):  # one byte's search: fast
         return None
+    if not data.isascii():  # msgspec checks UTF-8 only in the fields it decodes, not in args
+        try:
+            data.decode("utf-8")  # strict: no invalid bytes, no encoded surrogates
+        except UnicodeDecodeError:
+            return None
     try:
         return _DECODER.decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError):  # ValidationError is a DecodeError
@@ -58,6 +63,13 @@ def encode(document: Any) -> bytes:
     """JSON of ``document``, which may hold :class:`OrtEvent` s and ``msgspec.Raw`` values
     (written as they were read)."""
     return _ENCODER.encode(document)
+
+
+def as_dict(event: OrtEvent) -> dict[str, Any]:
+    """The event as the general reader gives it."""
+    fields = {field: getattr(event, field) for field in event.__struct_fields__}
+    fields["args"] = {key: raw_value(raw) for key, raw in event.args.items()}
+    return fields
 
 
 def raw_value(raw: msgspec.Raw) -> Any:

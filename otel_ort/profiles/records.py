@@ -75,7 +75,9 @@ class Profile:
     """Events skipped and why, one line per kind of problem, with counts."""
     events: list[Any] = field(default_factory=list, repr=False)
     """The file's events as loaded (for rewriting the file without parsing it again): dicts,
-    or :class:`~otel_ort.profiles.ort_events.OrtEvent` s for a file in exactly ORT's shape."""
+    or :class:`~otel_ort.profiles.ort_events.OrtEvent` s for a file in exactly ORT's shape
+    (which has none of the metadata and counter events otel-ort adds: readers of those look
+    at dicts only)."""
 
 
 def holders(nodes: Sequence[NodeRecord]) -> list[int | None]:

@@ -23,7 +23,8 @@ inside its parent.
 Per run, at most ``max_node_spans`` node and kernel spans, and at most ``max_trace_bytes``
 bytes of them as OTLP protobuf (each span's exact encoded size, framing included): the
 longest nodes are kept with their kernels, then the longest unmatched kernels, while both
-limits allow; the other nodes are summarised per op type on the run span
+limits allow (after 8 nodes in a row over the byte budget, the rest are not tried); the
+other nodes are summarised per op type on the run span
 (``onnxruntime.run.not_emitted.*``), the kernels left out counted
 (``onnxruntime.run.kernels_not_emitted``), and the limit that left spans out first named
 (``onnxruntime.run.not_emitted.limit``).
@@ -249,14 +250,16 @@ class SpanBuilder:
         unmatched_sizes: list[int],
     ) -> _Selection:
         """Which nodes get spans (their indexes, in order), with their kernels, and which
-        unmatched kernels. The nodes are taken longest first: one whose spans exceed the span
-        count left is passed over; the first whose bytes exceed the byte budget left ends the
-        choice, so that the nodes after it are never encoded (``node_size`` encodes one).
-        Then the longest unmatched kernels fill what is left."""
+        unmatched kernels. The nodes are taken longest first, each while both the span count
+        and the byte budget left allow it; a node that does not fit is passed over. A node
+        is encoded (``node_size``) only if it could fit: after ``_MISSES_TO_STOP`` nodes in a
+        row whose bytes did not fit, the rest are left out unencoded. Then the longest
+        unmatched kernels fill what is left."""
         spans_left, bytes_left = self.max_node_spans, self.max_trace_bytes
         limit = ""
         kept: list[int] = []
         left_out: list[int] = []
+        misses = 0
         order = sorted(range(len(nodes)), key=lambda at: -nodes[at].dur)
         for position, at in enumerate(order):
             cost = 1 + len(nodes[at].kernels)
@@ -264,11 +267,16 @@ class SpanBuilder:
                 limit = limit or _LIMIT_SPANS
                 left_out.append(at)
                 continue
-            size = node_size(at)
-            if size > bytes_left:
+            size = node_size(at) if cost * _MIN_SPAN_BYTES <= bytes_left else None
+            if size is None or size > bytes_left:
                 limit = limit or _LIMIT_BYTES
-                left_out += order[position:]
-                break
+                left_out.append(at)
+                misses += 1
+                if misses == _MISSES_TO_STOP:  # the budget is spent: the rest stay unencoded
+                    left_out += order[position + 1 :]
+                    break
+                continue
+            misses = 0
             kept.append(at)
             spans_left, bytes_left = spans_left - cost, bytes_left - size
         shown: list[int] = []
@@ -321,6 +329,12 @@ class SpanBuilder:
 
 
 _PLACEHOLDER = 1
+_MIN_SPAN_BYTES = 46
+"""Fewer bytes than any span encodes to: its trace id (18 with its tag), span id (10), start
+and end (9 each) are always there. A node whose spans need more than the budget left is
+passed over without being encoded."""
+_MISSES_TO_STOP = 8
+"""Nodes in a row whose bytes did not fit, after which the budget counts as spent."""
 """A parent span id for measuring (every node and kernel span has a parent)."""
 
 

@@ -88,7 +88,7 @@ class Converter:
         span drafts and written as the kept file: the collections the profile's tens of
         thousands of acyclic objects would trigger, and the full ones they would lead to, cost
         more than the work (measured 2026-11-26, a 415-node model: 6.1 ms of the worker's CPU
-        a run, 2.6 ms with these pauses). The parsed file is freed before the collector is
+        a run, 2.6 ms with these pauses). The parsed events are freed before the collector is
         back, so that its first collection sees only the drafts. The drafts are delivered
         after the pause: delivery may wait for room in an export queue as long as an export
         takes, and a kept file that could not be written does not cost the run its spans."""
