@@ -148,6 +148,15 @@ def test_raw_args_encode_as_the_general_path_whatever_was_cached_before(case: st
         {"input_type_shape": [{"float": [1, None]}], "output_type_shape": [{"f": [1.0]}]},
         {"thread_scheduling_stats": {"main_thread": {"Run": 1e400, "Wait": "2"}}},
         {"thread_scheduling_stats": None, "mem_x": "null"},
+        {  # ORT's shape: decoded by type
+            "thread_scheduling_stats": {
+                "main_thread": {"thread_pool_name": "p", "block_size": [1], "Run": "26", "Wait": 0},
+                "sub_threads": {"1": {"num_run": 102, "core": 1}, "2": {"num_run": "0"}},
+            }
+        },
+        {"thread_scheduling_stats": {"main_thread": {"thread_pool_name": None, "Run": 2**70}}},
+        {"thread_scheduling_stats": {"main_thread": None, "sub_threads": {"1": {}}}},
+        {"thread_scheduling_stats": {"sub_threads": {"1": {"num_run": 1.5}}, "main_thread": []}},
     ],
 )
 def test_raw_texts_only_json_holds_encode_as_their_values(args: dict[str, Any]) -> None:

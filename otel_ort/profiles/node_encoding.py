@@ -25,6 +25,7 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+import msgspec
 import orjson
 from msgspec import Raw
 from opentelemetry.sdk.resources import Resource
@@ -50,7 +51,7 @@ from otel_ort.profiles.node_attributes import (
     int_value,
     shapes_of,
 )
-from otel_ort.profiles.ort_events import RawArgs, raw_value
+from otel_ort.profiles.ort_events import RawArgs, ThreadStats, decode_stats, raw_value
 from otel_ort.profiles.records import NodeRecord
 from otel_ort.profiles.span_draft import SpanDraft
 
@@ -248,10 +249,14 @@ class NodeEncoder:
         text = bytes(raw)
         summary = self._stats.get(text)
         if summary is None:
-            value = raw_value(raw)
             made: list[bytes] = []
-            if isinstance(value, dict):
-                self._thread_summary(value, made.append)
+            try:  # ORT's shape, decoded by type: what the summary reads, no more
+                self._typed_summary(decode_stats(text), made.append)
+            except msgspec.DecodeError:  # another shape: read in full (ValidationError too)
+                made.clear()
+                value = raw_value(raw)
+                if isinstance(value, dict):
+                    self._thread_summary(value, made.append)
             summary = _put(self._stats, text, tuple(made), _STATS_LIMIT)
         for each in summary:
             append(each)
@@ -343,6 +348,28 @@ class NodeEncoder:
                     runs = int_value(sub.get("num_run")) or 0
                     tasks += runs
                     used += runs > 0
+            append(self._cached_int(fixed[semconv.NODE_THREADS_USED], 1 + used))
+            append(self._cached_int(fixed[semconv.NODE_THREAD_TASKS], min(tasks, INT64[1])))
+
+    def _typed_summary(self, stats: ThreadStats, append: Callable[[bytes], None]) -> None:
+        """``_thread_summary`` of statistics decoded by type."""
+        fixed = self._fixed
+        main = stats.main_thread
+        if main is not None:
+            if main.thread_pool_name is not None:
+                append(self._cached_str(fixed[semconv.NODE_THREAD_POOL], main.thread_pool_name))
+            number = int_value(main.Run)
+            if number is not None:
+                append(self._cached_int(fixed[semconv.NODE_MAIN_THREAD_RUN_US], number))
+            number = int_value(main.Wait)
+            if number is not None:
+                append(self._cached_int(fixed[semconv.NODE_MAIN_THREAD_WAIT_US], number))
+        if stats.sub_threads is not None:
+            used = tasks = 0
+            for sub in stats.sub_threads.values():
+                runs = int_value(sub.num_run) or 0
+                tasks += runs
+                used += runs > 0
             append(self._cached_int(fixed[semconv.NODE_THREADS_USED], 1 + used))
             append(self._cached_int(fixed[semconv.NODE_THREAD_TASKS], min(tasks, INT64[1])))
 

@@ -36,6 +36,36 @@ class OrtEvent(msgspec.Struct, gc=False, forbid_unknown_fields=True):
     args: dict[str, msgspec.Raw]
 
 
+class MainThreadStats(msgspec.Struct, gc=False):
+    """What the node summary reads of ``thread_scheduling_stats.main_thread``."""
+
+    thread_pool_name: str | None = None
+    Run: int | str | None = None
+    Wait: int | str | None = None
+
+
+class SubThreadStats(msgspec.Struct, gc=False):
+    """What the node summary reads of one of ``thread_scheduling_stats.sub_threads``."""
+
+    num_run: int | str | None = None
+
+
+class ThreadStats(msgspec.Struct, gc=False):
+    """What the node summary reads of a node's ``thread_scheduling_stats`` arg, in ORT's
+    shape (other fields are passed over; any other type is a ``msgspec.ValidationError``)."""
+
+    main_thread: MainThreadStats | None = None
+    sub_threads: dict[str, SubThreadStats] | None = None
+
+
+_STATS_DECODER = msgspec.json.Decoder(ThreadStats)
+
+
+def decode_stats(text: bytes) -> ThreadStats:
+    """A ``thread_scheduling_stats`` arg's JSON text, decoded by type."""
+    return _STATS_DECODER.decode(text)
+
+
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _DECODER = msgspec.json.Decoder(list[OrtEvent])
 _ENCODER = msgspec.json.Encoder()
