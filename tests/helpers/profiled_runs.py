@@ -53,9 +53,9 @@ def check_case(telemetry: Telemetry, session: ort.InferenceSession, feeds: dict[
     if not run[semconv.RUN_PROFILED]:
         return f"not profiled: {run.get(semconv.PROFILE_SKIP_DETAIL)}"
     found = difference(want, got)
-    if found and difference(want, session.run(None, feeds)) is not None:
-        # ORT's own runs differ from one another (random operators on CUDA): compare the
-        # outputs' types, dtypes and shapes only
+    if found and any(difference(want, session.run(None, feeds)) is not None for _ in range(5)):
+        # ORT's own runs differ from one another (random operators on CUDA; two of them may
+        # still agree by chance): compare the outputs' types, dtypes and shapes only
         found = difference(_shapes(want), _shapes(got))
     return f"differs: {found}" if found else "profiled"
 
