@@ -19,10 +19,11 @@ Bad input raises :class:`ProfileError` naming the file and the problem. A file c
 (a process killed mid-write) is not an error: its complete events are read, the profile is
 marked ``truncated`` and a run whose ``model_run`` event never came is marked incomplete.
 Events with missing or invalid fields are skipped and counted in ``Profile.problems``; lone
-surrogates (``\\ud800`` escapes, which no encoder takes) become U+FFFD. Files are parsed with
-orjson, and with the standard library's parser when orjson refuses one (invalid UTF-8, lone
-surrogates, ``NaN``, a file cut short); orjson reads integers beyond 64 bits, which no ORT
-file holds, as floats.
+surrogates (``\\ud800`` escapes, which no encoder takes) become U+FFFD. A file in exactly
+ORT's shape is decoded by type, its args left as raw text (:mod:`otel_ort.profiles.ort_events`);
+others are parsed with orjson, and with the standard library's parser when orjson refuses one
+(invalid UTF-8, lone surrogates, ``NaN``, a file cut short); orjson reads integers beyond 64
+bits, which no ORT file holds, as floats.
 """
 
 from __future__ import annotations
