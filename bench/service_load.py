@@ -36,6 +36,7 @@ from pathlib import Path
 
 from bench.otlp_sink import ROOT, Received, SinkProcess
 from bench.service_models import SERVED_MODELS, ServedModel, flat_model, request_body
+from bench.wheel_models import add_model_options, chosen_models
 from bench.wrk import WrkResult, post_script, run_wrk, wrk_binary
 from tests.helpers.otlp_receiver import free_port
 
@@ -220,19 +221,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="3 repetitions of 5 s")
     parser.add_argument("--repetitions", type=int, default=None, help="default 5")
     parser.add_argument("--seconds", type=float, default=None, help="per block; default 10")
-    parser.add_argument("--models", default="cls,rec", help="of: " + ", ".join(SERVED_MODELS))
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        default=Path(os.environ.get("OTEL_ORT_WHEEL_CACHE", "/tmp/otel-ort-wheels")),
-    )
+    add_model_options(parser, SERVED_MODELS)
     args = parser.parse_args()
     repetitions = args.repetitions or (3 if args.quick else 5)
     seconds = args.seconds or (5.0 if args.quick else 10.0)
-    keys = [key.strip() for key in args.models.split(",") if key.strip()]
-    unknown = [key for key in keys if key not in SERVED_MODELS]
-    if unknown:
-        parser.error(f"--models takes {', '.join(SERVED_MODELS)}, not {', '.join(unknown)}")
+    keys = chosen_models(parser, args.models, SERVED_MODELS)
     if repetitions < 1 or seconds < 1:
         parser.error("--repetitions and --seconds must be at least 1")
     wrk_binary()

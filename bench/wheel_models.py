@@ -6,9 +6,12 @@ Each wheel is downloaded once (``pip download --no-deps``) into a cache director
 
 from __future__ import annotations
 
+import argparse
+import os
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,3 +84,23 @@ def feeds(session: object, model: WheelModel) -> dict[str, np.ndarray]:
     name = session.get_inputs()[0].name  # type: ignore[attr-defined]
     rng = np.random.default_rng(0)
     return {name: rng.random(model.shape, dtype=np.float32)}
+
+
+def add_model_options(parser: argparse.ArgumentParser, known: Iterable[str]) -> None:
+    """``--models`` (comma-separated keys of ``known``) and ``--cache`` (the wheels' folder)."""
+    parser.add_argument("--models", default="cls,rec", help="of: " + ", ".join(known))
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(os.environ.get("OTEL_ORT_WHEEL_CACHE", "/tmp/otel-ort-wheels")),
+    )
+
+
+def chosen_models(parser: argparse.ArgumentParser, text: str, known: Iterable[str]) -> list[str]:
+    """The keys ``--models`` names, in order; a parser error for one not in ``known``."""
+    known = list(known)
+    keys = [key.strip() for key in text.split(",") if key.strip()]
+    unknown = [key for key in keys if key not in known]
+    if unknown:
+        parser.error(f"--models takes {', '.join(known)}, not {', '.join(unknown)}")
+    return keys

@@ -121,11 +121,6 @@ class RawArgs(Mapping[str, Any]):
         self.raw = raw
         self._parsed: dict[str, Any] | None = None
 
-    def value(self, key: str, default: Any = None) -> Any:
-        """One arg's value, parsing only it."""
-        raw = self.raw.get(key)
-        return default if raw is None else raw_value(raw)
-
     def parsed(self) -> dict[str, Any]:
         """Every arg's value."""
         parsed = self._parsed

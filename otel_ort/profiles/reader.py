@@ -36,7 +36,7 @@ import re
 import time
 import zlib
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 import orjson
@@ -258,7 +258,7 @@ class _Parsed:
         args = event.get("args")
         if not isinstance(args, dict):
             args = {}
-        self._add_complete(category, name, ts, dur, _tid(event), args, args.get)
+        self._add_complete(category, name, ts, dur, _tid(event), args)
 
     def add_ort(self, event: OrtEvent) -> None:
         """``add`` for an event decoded by type (its fields' types already checked)."""
@@ -277,7 +277,7 @@ class _Parsed:
             self.nodes.append(node)
             return
         args = RawArgs(raw)
-        self._add_complete(event.cat, name, ts, dur, event.tid, args, args.value)
+        self._add_complete(event.cat, name, ts, dur, event.tid, args)
 
     def _text(self, raw: dict[str, Raw], key: str) -> str:
         """An arg read as text (``str()`` of its value; ``unknown`` when missing), cached by
@@ -299,16 +299,15 @@ class _Parsed:
         dur: float,
         tid: int | None,
         args: Mapping[str, Any],
-        arg: Callable[[str, Any], Any],
     ) -> None:
-        """A complete event with valid fields (``arg``: one arg's value, or a default)."""
+        """A complete event with valid fields."""
         if category == "Node":
             if name.endswith(_NODE_SUFFIX):
                 self.nodes.append(
                     NodeRecord(
                         name=name[: -len(_NODE_SUFFIX)],
-                        op_type=str(arg("op_name", "unknown")),
-                        provider=str(arg("provider", "unknown")),
+                        op_type=str(args.get("op_name", "unknown")),
+                        provider=str(args.get("provider", "unknown")),
                         ts=ts,
                         dur=dur,
                         tid=tid,
