@@ -4,17 +4,16 @@
 machine once (on the first selected run). Each profiled session gets a ``Pool`` of groups on
 its intra-op threads; each thread that runs profiled runs gets a one-group pool of its own on
 first use, kept in a thread-local (closed when the thread ends). Groups are opened once and
-reused. A profiled run (``begin`` … ``end``, on the request thread) switches the calling
-thread's group and the session pool's groups on just before ORT's run and off just after:
-the session's unprofiled runs pay nothing for switch records and samples. A session's pool
-is used by one profiled run at a time: concurrent profiled runs on one session take turns
-while perf counting is on. Switching another thread's events costs an interrupt to its CPU
-(``task_function_call``), tens of microseconds per thread on a VM, even while it sleeps.
+reused, and their software events count from then on into flight rings (``group.py``).
 
-The request thread does no more than switch groups on and off: a run's reads and ring bytes
-are taken afterwards (``settle``), by the worker as it converts the run, or by the pool's
-next run if that starts first. A switched-off group holds its values and its rings stay as
-they are, so they can wait.
+A profiled run (``begin`` … ``end``, on the request thread) only stamps its window on each of
+its groups, just before ORT's run and just after: no system call, nothing switched on another
+thread's CPU. Its records are taken afterwards (``settle``), by the worker as it converts the
+run, or by the pool's next profiled run if that starts first; the attribution keeps those of
+its window. A session's pool is used by one profiled run at a time: concurrent profiled runs
+on one session take turns while perf counting is on. Dense events (hardware counters) are the
+exception: their sampling would cost every run, so each profiled run switches them on and off
+on its threads.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ import contextlib
 import errno
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -39,13 +39,10 @@ from otel_ort.perf.attribution import (
     window_array,
 )
 from otel_ort.perf.events import TIME_ALIAS_DEFAULT, EventSelection, Unavailable
-from otel_ort.perf.group import Taken, ThreadGroup
-from otel_ort.perf.records import ThreadRecords, parse
+from otel_ort.perf.group import Taken, ThreadGroup, on_cpu
+from otel_ort.perf.records import ThreadRecords, parse, parse_recent
 
 _logger = logging.getLogger("otel_ort")
-
-Reads = tuple[Read, Read | None]
-"""A group's software and dense values (see ``ThreadGroup.read``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +51,14 @@ class ThreadRaw:
 
     tid: int
     window: tuple[int, int]
-    before: Reads
-    after: Reads
+    before: Read | None
+    after: Read | None
+    """The dense group's values at the start and the end (``None``: no dense events)."""
     taken: tuple[Taken, ...]
     ids: dict[str, int]
     dense_id: int | None
+    running: bool
+    """Whether it was on a CPU, if it never switched since its events were opened."""
 
 
 Settled = tuple[tuple[ThreadRaw, ...], tuple[str, ...]]
@@ -67,14 +67,12 @@ Settled = tuple[tuple[ThreadRaw, ...], tuple[str, ...]]
 
 @dataclass(eq=False, slots=True)
 class Share:
-    """One run's part of a pool until it is settled; for a switched pool, each group's values
-    and time when enabled, and its time when disabled."""
+    """One run's part of a pool until it is settled: each group's dense values and time at
+    the window's start, and its time at the end."""
 
     pool: Pool
     groups: list[ThreadGroup]
-    skip: int | None
-    """A thread the calling thread's own pool counts: not counted twice."""
-    started: list[tuple[Reads, int]] = field(default_factory=list)
+    started: list[tuple[Read | None, int]]
     stops: list[int] = field(default_factory=list)
     settled: Settled | None = None
 
@@ -86,47 +84,68 @@ class Pool:
 
     groups: list[ThreadGroup]
     problems: list[str]
+    calling: bool = False
+    """One calling thread's own group: on a CPU whenever it starts a window."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     """Held by the run being counted."""
     _settling: threading.Lock = field(default_factory=threading.Lock)
+    """Held by whoever takes a run's records: the worker, or the pool's next run."""
     _unsettled: Share | None = None
+    """The last stopped run (read and written under ``lock``)."""
+    _dense: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._dense = any(group.dense_leader is not None for group in self.groups)
 
     def start(self, skip: int | None = None) -> Share:
-        """Request thread (holding ``lock``, for a session's pool): begin a run's counting;
-        first settle the previous run's if the worker has not yet (back-to-back profiled runs
-        of one session: then this run reads the pool, as the worker would)."""
-        self.settle()
-        share = Share(self, [group for group in self.groups if group.tid != skip], None)
+        """Request thread (holding ``lock``, for a session's pool): a run's window starts on
+        each group but ``skip``'s (counted by the calling thread's own pool). Software groups
+        only get its time. Dense groups are switched on, once the previous run's dense records
+        and values are taken (back-to-back profiled runs of one session: then this run takes
+        them, as the worker would)."""
+        groups = self.groups if skip is None else [g for g in self.groups if g.tid != skip]
+        if not self._dense:
+            stamp = time.time_ns()
+            return Share(self, groups, [(None, stamp)] * len(groups))
+        self.settle_last()
+        share = Share(self, groups, [])
         try:
-            for group in share.groups:
+            for group in groups:
                 before = group.frozen or group.read()
-                group.frozen = None  # its rings are empty: each stop is taken before a start
-                share.started.append((before, group.enable()))
+                group.frozen = None  # its dense ring is empty: each stop is taken before a start
+                share.started.append((before, group.start()))
         except BaseException:
-            _disable(share.groups)
+            _disable(groups)
             raise
         return share
 
     def stop(self, share: Share) -> None:
-        """Request thread: end ``share``'s counting (what it counted is settled later)."""
-        try:
-            share.stops = [group.disable() for group in share.groups]
-        except BaseException:  # no group may be left counting
-            _disable(share.groups)
-            raise
-        with self._settling:
-            self._unsettled = share
+        """Request thread: the window ends (what it counted is settled later)."""
+        if not self._dense:
+            share.stops = [time.time_ns()] * len(share.groups)
+        else:
+            try:
+                share.stops = [group.stop() for group in share.groups]
+            except BaseException:  # no group may be left counting
+                _disable(share.groups)
+                raise
+        self._unsettled = share  # under ``lock``, as everywhere
 
-    def settle(self) -> None:
-        """Take the last stopped run's reads and ring bytes, unless that was done already;
-        what cannot be read becomes one of its problems."""
+    def settle(self, share: Share) -> None:
+        """Take ``share``'s ring bytes (and dense reads), unless that was done already; what
+        cannot be read becomes one of its problems."""
         with self._settling:
-            share, self._unsettled = self._unsettled, None
-            if share is not None:
+            if share.settled is None:
                 try:
                     share.settled = self._take(share)
                 except Exception as exc:
                     share.settled = ((), (f"the run's counts could not be read: {exc!r}",))
+
+    def settle_last(self) -> None:
+        """Settle the last stopped run, if any (holding ``lock``)."""
+        share, self._unsettled = self._unsettled, None
+        if share is not None:
+            self.settle(share)
 
     def _take(self, share: Share) -> Settled:
         threads, problems = [], []
@@ -134,16 +153,24 @@ class Pool:
             try:
                 (before, start), stop = share.started[index], share.stops[index]
                 group.frozen = after = group.read()  # it holds until enabled again
+                # before the take: a switch after this shows in its records, which then say
+                running = self.calling or (group.never_switched() and on_cpu(group.tid))
                 taken = group.take()
             except (OSError, ValueError) as exc:  # closed meanwhile (shutdown gave up waiting)
                 problems.append(f"thread {group.tid} not counted: {exc}")
                 continue
-            if group.tid != share.skip:
-                threads.append(
-                    ThreadRaw(
-                        group.tid, (start, stop), before, after, taken, group.ids, group.dense_id
-                    )
+            threads.append(
+                ThreadRaw(
+                    group.tid,
+                    (start, stop),
+                    before,
+                    after,
+                    taken,
+                    group.ids,
+                    group.dense_id,
+                    running,
                 )
+            )
         return tuple(threads), tuple(problems)
 
     def close(self, *, forked_child: bool = False) -> None:
@@ -152,7 +179,7 @@ class Pool:
         fork)."""
         with contextlib.nullcontext() if forked_child else self.lock:
             if not forked_child:
-                self.settle()
+                self.settle_last()
             for group in self.groups:
                 group.close(forked_child=forked_child)
             self.groups = []
@@ -182,7 +209,7 @@ class RawRun:
         problems = list(self.problems)
         for share in self.shares:
             if share.settled is None:
-                share.pool.settle()
+                share.pool.settle(share)
             settled, lost = share.settled or ((), ("a thread's counts were not settled",))
             threads += settled
             problems += lost
@@ -203,6 +230,10 @@ class RunCounts:
     counts are for the moved windows."""
 
 
+_LOSS = {
+    True: "filled up and later ones were dropped",
+    False: "no longer held the start of the run (newer records took its place)",
+}
 _SHORTAGES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.EBUSY})
 """Errors of perf_event_open (or its ring buffer's mmap) that say nothing of the machine."""
 
@@ -285,39 +316,39 @@ class PerfCounters:
             records = ThreadRecords()
             incomplete = set()
             for taken in thread.taken:
-                parse(taken.data, thread.dense_id, records)
-                if taken.filled:
+                if taken.since_open is None:
+                    parse(taken.data, thread.dense_id, records)
+                    short = taken.filled
+                else:  # a flight ring: whole if its records reach back before the window
+                    reached = parse_recent(taken.data, thread.window[0], records)
+                    short = not (reached or taken.since_open)
+                if short:
                     incomplete.add(taken.holds)
-                    exact = (  # context switches are counted from their records
-                        "the run's totals are exact, but for context-switches"
-                        if taken.holds == "switches"
-                        else "the run's totals are exact"
-                    )
                     problems.append(
                         f"thread {thread.tid}: the ring buffer of its {taken.holds} records "
-                        "filled up and later ones were dropped: what depends on them is not "
-                        f"given per node ({exact})"
+                        f"{_LOSS[taken.since_open is None]}: what depends on them is not given "
+                        "per node or in the run's totals"
                     )
-            throttled += records.throttled
-            (before, dense_before), (after, dense_after) = thread.before, thread.after
+            throttled += sum(
+                thread.window[0] <= moment <= thread.window[1] for moment in records.throttles
+            )
             runs.append(
                 ThreadRun(
                     thread.tid,
                     thread.window,
-                    before,
-                    after,
-                    dense_before,
-                    dense_after,
+                    thread.before,
+                    thread.after,
                     records,
                     thread.ids,
                     frozenset(incomplete),
+                    thread.running,
                 )
             )
         calling = next((run for run in runs if run.tid == raw.calling_tid), None)
         late = 0
         pairs = window_array(windows)
         if calling is not None:
-            late = late_start(calling, calling.ids[self._time_alias], pairs)
+            late = late_start(calling, pairs)
             pairs = pairs + late
         attribution = attribute(runs, pairs, Counted(kinds, self._time_alias))
         return RunCounts(attribution, plan.period_ns, len(runs), throttled, tuple(problems), late)
@@ -391,13 +422,13 @@ class PerfCounters:
     # -- groups ---------------------------------------------------------------------------
 
     def _calling_pool(self) -> Pool:
-        """This thread's own pool: its group, switched on for its profiled runs."""
+        """This thread's own pool: its group, counting from its first profiled run on."""
         pool: Pool | None = getattr(self._calling, "pool", None)
         if pool is None:
             group = self._group(threading.get_native_id())
             with self._groups_lock:
                 self._groups.add(group)
-            pool = self._calling.pool = Pool([group], [])
+            pool = self._calling.pool = Pool([group], [], calling=True)
         return pool
 
     def _group(self, tid: int) -> ThreadGroup:
@@ -437,7 +468,7 @@ def _disable(groups: Iterable[ThreadGroup]) -> None:
     recorded): each one, whatever the others do."""
     for group in groups:
         with contextlib.suppress(OSError):
-            group.disable()
+            group.stop()
             group.discard()
 
 
