@@ -10,10 +10,9 @@ A profiled run (``begin`` … ``end``, on the request thread) only stamps its wi
 its groups, just before ORT's run and just after: no system call, nothing switched on another
 thread's CPU. Its records are taken afterwards (``settle``), by the worker as it converts the
 run, or by the pool's next profiled run if that starts first; the attribution keeps those of
-its window. A session's pool is used by one profiled run at a time: concurrent profiled runs
-on one session take turns while perf counting is on. Dense events (hardware counters) are the
-exception: their sampling would cost every run, so each profiled run switches them on and off
-on its threads.
+its window. Dense events (hardware counters) are the exception: their sampling would cost
+every run, so each profiled run switches them on and off on its threads, and a session's pool
+then serves one profiled run at a time (concurrent profiled runs on one session take turns).
 """
 
 from __future__ import annotations
@@ -91,22 +90,25 @@ class Pool:
     _settling: threading.Lock = field(default_factory=threading.Lock)
     """Held by whoever takes a run's records: the worker, or the pool's next run."""
     _unsettled: Share | None = None
-    """The last stopped run (read and written under ``lock``)."""
-    _dense: bool = field(init=False)
+    """The last stopped run (with dense events, read and written under ``lock``)."""
 
-    def __post_init__(self) -> None:
-        self._dense = any(group.dense_leader is not None for group in self.groups)
+    def window(self, stamp: int, skip: int | None = None) -> Share:
+        """Request thread, software events only: a run's window starts at ``stamp`` on each
+        group but ``skip``'s (counted by the calling thread's own pool). Nothing to switch."""
+        groups = self.groups if skip is None else [g for g in self.groups if g.tid != skip]
+        return Share(self, groups, [(None, stamp)] * len(groups))
+
+    def ended(self, share: Share, stamp: int) -> None:
+        """Request thread, software events only: ``share``'s window ends at ``stamp``."""
+        share.stops = [stamp] * len(share.groups)
+        self._unsettled = share
 
     def start(self, skip: int | None = None) -> Share:
-        """Request thread (holding ``lock``, for a session's pool): a run's window starts on
-        each group but ``skip``'s (counted by the calling thread's own pool). Software groups
-        only get its time. Dense groups are switched on, once the previous run's dense records
-        and values are taken (back-to-back profiled runs of one session: then this run takes
-        them, as the worker would)."""
+        """Request thread (holding ``lock``, for a session's pool), with dense events: a
+        run's window starts on each group but ``skip``'s, switching its dense group on once
+        the previous run's dense records and values are taken (back-to-back profiled runs of
+        one session: then this run takes them, as the worker would)."""
         groups = self.groups if skip is None else [g for g in self.groups if g.tid != skip]
-        if not self._dense:
-            stamp = time.time_ns()
-            return Share(self, groups, [(None, stamp)] * len(groups))
         self.settle_last()
         share = Share(self, groups, [])
         try:
@@ -120,16 +122,14 @@ class Pool:
         return share
 
     def stop(self, share: Share) -> None:
-        """Request thread: the window ends (what it counted is settled later)."""
-        if not self._dense:
-            share.stops = [time.time_ns()] * len(share.groups)
-        else:
-            try:
-                share.stops = [group.stop() for group in share.groups]
-            except BaseException:  # no group may be left counting
-                _disable(share.groups)
-                raise
-        self._unsettled = share  # under ``lock``, as everywhere
+        """Request thread, with dense events: the window ends, the dense groups are switched
+        off (what it counted is settled later)."""
+        try:
+            share.stops = [group.stop() for group in share.groups]
+        except BaseException:  # no group may be left counting
+            _disable(share.groups)
+            raise
+        self._unsettled = share
 
     def settle(self, share: Share) -> None:
         """Take ``share``'s ring bytes (and dense reads), unless that was done already; what
@@ -259,6 +259,8 @@ class PerfCounters:
         """The calling threads' groups (a session's pool closes with the session)."""
         self._groups_lock = threading.Lock()
         self._running: set[int] = set()
+        self._switched = False
+        """Dense events are counted: each profiled run switches them on and off."""
         """Threads in a counted run: ``close`` leaves their groups to it (closed once freed)."""
 
     # -- worker ---------------------------------------------------------------------------
@@ -275,6 +277,7 @@ class PerfCounters:
             self._plan = probe.make_plan(
                 self._selection.events, self._selection.unavailable, self._period_ns
             )
+            self._switched = any(spec.kind == "dense" for spec in self._plan.members)
         except (probe.PerfUnavailable, OSError) as exc:
             cause = exc.__cause__ if isinstance(exc, probe.PerfUnavailable) else exc
             self._may_pass = getattr(cause, "errno", None) in _SHORTAGES
@@ -376,14 +379,20 @@ class PerfCounters:
     # -- request thread -------------------------------------------------------------------
 
     def begin(self, pool: Pool) -> Counting | str:
-        """Start counting this thread and ``pool`` (waiting for the pool's previous run to
-        end); or say why this run is not counted (perf never makes a run fail)."""
+        """A run's window starts on this thread and ``pool``; with dense events, waiting for
+        the pool's previous profiled run to end. Or say why this run is not counted (perf
+        never makes a run fail)."""
         if self._plan is None:
             return self.unavailable or "perf counters are not ready yet"
         try:
             own = self._calling_pool()
         except OSError as exc:
             return f"this thread is not counted: {probe.event_problem('perf events', exc)}"
+        tid = own.groups[0].tid
+        if not self._switched:  # software events only: the window's time is all it takes
+            stamp = time.time_ns()
+            self._running.add(tid)
+            return Counting(own.window(stamp), pool.window(stamp, skip=tid))
         pool.lock.acquire()
         try:
             pooled = pool.start(skip=own.groups[0].tid)
@@ -402,10 +411,17 @@ class PerfCounters:
             raise
 
     def end(self, counting: Counting, *, caller_runs_nodes: bool) -> RawRun | str:
-        """Stop counting; what the worker needs, or why nothing can be used. Releases the
-        pool. ``caller_runs_nodes``: the calling thread entered each node (sequential
+        """The window ends; what the worker needs, or why nothing can be used. Releases the
+        pool (dense events). ``caller_runs_nodes``: the calling thread entered each node (sequential
         execution), so its switch records can place the run in time (``late_start``)."""
         own, pooled = counting.own, counting.pooled
+        if not self._switched:
+            stamp = time.time_ns()
+            own.pool.ended(own, stamp)
+            pooled.pool.ended(pooled, stamp)
+            self._running.discard(own.groups[0].tid)
+            calling = threading.get_native_id() if caller_runs_nodes else None
+            return RawRun((own, pooled), tuple(pooled.pool.problems), calling)
         try:
             try:
                 own.pool.stop(own)  # the first, nearest to the run

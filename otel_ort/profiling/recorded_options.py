@@ -16,6 +16,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 from otel_ort._util.forking import renew_locks_in_child
@@ -80,13 +81,18 @@ _FOLLOWERS: dict[int, list[Any]] = {}
 """``id(RunOptions)`` → the copies of runs in flight with it (the caller holds it)."""
 
 
-@contextlib.contextmanager
-def following_terminate(run_options: Any, copy: Any) -> Iterator[None]:
+_NOTHING_TO_FOLLOW = contextlib.nullcontext()
+
+
+def following_terminate(run_options: Any, copy: Any) -> AbstractContextManager[None]:
     """Until the block ends (when the run has returned), ``run_options.terminate`` set to True,
-    from any thread, sets it on ``copy`` too; ``run_options`` ``None``: nothing to follow."""
-    if run_options is None:
-        yield
-        return
+    from any thread, sets it on ``copy`` too; ``run_options`` ``None``: nothing to follow (the
+    common case, on the request thread's path: no generator to make)."""
+    return _NOTHING_TO_FOLLOW if run_options is None else _following(run_options, copy)
+
+
+@contextlib.contextmanager
+def _following(run_options: Any, copy: Any) -> Iterator[None]:
     key = id(run_options)
     with _recorded_lock:
         _FOLLOWERS.setdefault(key, []).append(copy)
