@@ -8,11 +8,13 @@ reused, and their software events count from then on into flight rings (``group.
 
 A profiled run (``begin`` … ``end``, on the request thread) only stamps its window on each of
 its groups, just before ORT's run and just after: no system call, nothing switched on another
-thread's CPU. Its records are taken afterwards (``settle``), by the worker as it converts the
-run, or by the pool's next profiled run if that starts first; the attribution keeps those of
-its window. Dense events (hardware counters) are the exception: their sampling would cost
-every run, so each profiled run switches them on and off on its threads, and a session's pool
-then serves one profiled run at a time (concurrent profiled runs on one session take turns).
+thread's CPU. Its records are taken afterwards (``settle``) by the worker, before older runs
+are converted (the rings are written over as their threads go on); the attribution keeps
+those of its window. Dense events (hardware counters) are the exception: their sampling would
+cost every run, so each profiled run switches them on and off on its threads; a session's
+pool then serves one profiled run at a time (concurrent profiled runs on one session take
+turns), and a dense ring is emptied by each take, so a profiled run that starts before the
+worker took the previous one's records takes them first.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from otel_ort.perf.attribution import (
     window_array,
 )
 from otel_ort.perf.events import TIME_ALIAS_DEFAULT, EventSelection, Unavailable
-from otel_ort.perf.group import Taken, ThreadGroup, on_cpu
+from otel_ort.perf.group import Taken, ThreadGroup
 from otel_ort.perf.records import ThreadRecords, parse, parse_recent
 
 _logger = logging.getLogger("otel_ort")
@@ -88,7 +90,8 @@ class Pool:
     lock: threading.Lock = field(default_factory=threading.Lock)
     """Held by the run being counted."""
     _settling: threading.Lock = field(default_factory=threading.Lock)
-    """Held by whoever takes a run's records: the worker, or the pool's next run."""
+    """Held by whoever takes a run's records: the worker, or (dense events) the pool's next
+    profiled run."""
     _unsettled: Share | None = None
     """The last stopped run (with dense events, read and written under ``lock``)."""
 
@@ -154,7 +157,7 @@ class Pool:
                 (before, start), stop = share.started[index], share.stops[index]
                 group.frozen = after = group.read()  # it holds until enabled again
                 # before the take: a switch after this shows in its records, which then say
-                running = self.calling or (group.never_switched() and on_cpu(group.tid))
+                running = self.calling or (group.never_switched() and group.mostly_on_cpu())
                 taken = group.take()
             except (OSError, ValueError) as exc:  # closed meanwhile (shutdown gave up waiting)
                 problems.append(f"thread {group.tid} not counted: {exc}")
@@ -259,9 +262,9 @@ class PerfCounters:
         """The calling threads' groups (a session's pool closes with the session)."""
         self._groups_lock = threading.Lock()
         self._running: set[int] = set()
+        """Threads in a counted run: ``close`` leaves their groups to it (closed once freed)."""
         self._switched = False
         """Dense events are counted: each profiled run switches them on and off."""
-        """Threads in a counted run: ``close`` leaves their groups to it (closed once freed)."""
 
     # -- worker ---------------------------------------------------------------------------
 

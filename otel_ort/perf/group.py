@@ -66,6 +66,7 @@ class ThreadGroup:
         pages: int,
     ) -> None:
         self.tid = tid
+        self._time_alias = time_alias
         self._lock = threading.Lock()
         """Held by each use of the fds and rings, and by ``close``: a group closed by another
         thread (at shutdown) fails the use cleanly, not on fds reused or memory unmapped."""
@@ -91,11 +92,13 @@ class ThreadGroup:
             self._switches = kernel.FlightRing(self.leader, min(pages, SWITCH_PAGES))
             self._rings.append((self._switches, "switches"))
             self.ids = {time_alias: kernel.event_id(self.leader)}
+            self._software = 1
             for spec in members:
                 if spec.kind == "sparse":
                     fd = self._open(spec, self.leader, flight, sample_period=1)
                     self._rings.append((kernel.FlightRing(fd, pages), spec.alias))
                     self.ids[spec.alias] = kernel.event_id(fd)
+                    self._software += 1
             # enabled once whole: members added to a running group would count only from the
             # thread's next switch
             kernel.ioctl(self.leader, kernel.IOC_ENABLE)
@@ -175,7 +178,17 @@ class ThreadGroup:
         """The thread has not switched in or out since its events were opened."""
         with self._lock:
             self._check_open()
-            return not self._switches.recent().data
+            return self._switches.empty()
+
+    def mostly_on_cpu(self) -> bool:
+        """Whether the thread was on a CPU for most of the time since its events were opened
+        (its task-clock against the time enabled): for a thread that never switched, on a CPU
+        throughout or never. A read of another thread's events may interrupt its CPU: the
+        worker's cost, not a run's."""
+        with self._lock:
+            self._check_open()
+            enabled, _, values = kernel.read_group(self.leader, self._software)
+        return 2 * values.get(self.ids[self._time_alias], 0) > enabled
 
     def take(self) -> tuple[Taken, ...]:
         """What each ring holds: a flight ring's latest records (taking nothing from it), a
@@ -223,13 +236,3 @@ class _Owned:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fds.clear()
-
-
-def on_cpu(tid: int) -> bool:
-    """Whether thread ``tid`` of this process is running now (``R`` in /proc)."""
-    try:
-        with open(f"/proc/self/task/{tid}/stat", "rb") as stat:
-            line = stat.read()
-    except OSError:  # ended
-        return False
-    return line[line.rindex(b")") + 2 : line.rindex(b")") + 3] == b"R"

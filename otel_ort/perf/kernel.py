@@ -253,13 +253,21 @@ class FlightRing(_Mapping):
     def __init__(self, fd: int, pages: int) -> None:
         super().__init__(fd, pages, mmap.PROT_READ)
 
+    def empty(self) -> bool:
+        """Nothing was ever written to it."""
+        self._check_open()
+        head: int = struct.unpack_from("Q", self._map, _DATA_HEAD)[0]
+        return head == 0
+
     def recent(self) -> Recent:
         """The records it holds now. The kernel writes on meanwhile, each new record over the
-        oldest: the bytes it wrote while they were copied are cut off the old end."""
+        oldest: the bytes it wrote while they were copied are cut off the old end, and so is
+        room for one more record, which it may be writing there before it moves the head."""
         self._check_open()
         head = struct.unpack_from("Q", self._map, _DATA_HEAD)[0]
         written = -head % (1 << 64)  # the head moves down from 0
         data = self._data(head, min(written, self.size))
         moved = (head - struct.unpack_from("Q", self._map, _DATA_HEAD)[0]) % (1 << 64)
-        kept = max(0, min(written, self.size - moved))
-        return Recent(data[:kept], written + moved <= self.size)
+        if written + moved + _MAX_RECORD <= self.size:  # nothing old was written over
+            return Recent(data[:written], True)
+        return Recent(data[: max(0, min(written, self.size - moved - _MAX_RECORD))], False)

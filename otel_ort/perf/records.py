@@ -97,7 +97,7 @@ def parse_recent(data: bytes, since: int, out: ThreadRecords) -> bool:
     switch = kinds == _SWITCH
     # a switch record ends with pid/tid, time, id; a sample is id, pid/tid, time
     times = np.where(switch, records["b"], records["c"]).astype(np.int64)
-    reached = bool(count) and int(times[-1]) < since
+    reached = bool(count) and int(times.min()) < since
     before = np.flatnonzero(switch & (times < since))
     keep = times >= since
     if len(before):
