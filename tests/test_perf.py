@@ -258,6 +258,22 @@ def test_each_runs_records_are_taken_once_by_whoever_needs_them_first(
         assert abs(per_node + counts.attribution.between["task-clock"] - total) <= 0.02 * total
 
 
+def test_a_pool_closed_before_the_worker_got_to_its_runs_settles_them_all_first(
+    counter_factory: Any,
+) -> None:
+    """A session garbage-collected while its profiled runs wait for the worker: its pool
+    takes every waiting run's records before its groups close."""
+    counter = counter_factory(
+        matmul_chain(), (512, 512), ["task-clock", "page-faults"], intra_op_num_threads=2
+    )
+    raws = [counter.run({"x": counter.feed()})[2] for _ in range(3)]
+    pool_tids = {group.tid for group in counter.pool.groups}
+    counter.pool.close()
+    for raw in raws:
+        threads, problems = raw.settle()
+        assert not problems and pool_tids <= {thread.tid for thread in threads}
+
+
 def test_a_run_whose_groups_closed_before_it_was_settled_says_so(counter_factory: Any) -> None:
     """Shutdown may close the groups while the worker still converts (it gave up waiting): the
     run loses those threads' counts, said as problems, and nothing raises."""

@@ -66,6 +66,10 @@ Settled = tuple[tuple[ThreadRaw, ...], tuple[str, ...]]
 """A run's threads, and the threads it could not count (why)."""
 
 
+_UNSETTLED = 64
+"""Runs a pool lists for ``close`` at most."""
+
+
 @dataclass(eq=False, slots=True)
 class Share:
     """One run's part of a pool until it is settled: each group's dense values and time at
@@ -92,8 +96,9 @@ class Pool:
     _settling: threading.Lock = field(default_factory=threading.Lock)
     """Held by whoever takes a run's records: the worker, or (dense events) the pool's next
     profiled run."""
-    _unsettled: Share | None = None
-    """The last stopped run (with dense events, read and written under ``lock``)."""
+    _unsettled: list[Share] = field(default_factory=list)
+    """Runs ended and not yet settled (changed under ``_settling``): ``close`` settles them
+    before the groups go."""
 
     def window(self, stamp: int, skip: int | None = None) -> Share:
         """Request thread, software events only: a run's window starts at ``stamp`` on each
@@ -104,7 +109,7 @@ class Pool:
     def ended(self, share: Share, stamp: int) -> None:
         """Request thread, software events only: ``share``'s window ends at ``stamp``."""
         share.stops = [stamp] * len(share.groups)
-        self._unsettled = share
+        self._ended(share)
 
     def start(self, skip: int | None = None) -> Share:
         """Request thread (holding ``lock``, for a session's pool), with dense events: a
@@ -112,7 +117,7 @@ class Pool:
         the previous run's dense records and values are taken (back-to-back profiled runs of
         one session: then this run takes them, as the worker would)."""
         groups = self.groups if skip is None else [g for g in self.groups if g.tid != skip]
-        self.settle_last()
+        self.settle_all()
         share = Share(self, groups, [])
         try:
             for group in groups:
@@ -132,7 +137,14 @@ class Pool:
         except BaseException:  # no group may be left counting
             _disable(share.groups)
             raise
-        self._unsettled = share
+        self._ended(share)
+
+    def _ended(self, share: Share) -> None:
+        """List ``share`` for ``close``; the oldest drop off past ``_UNSETTLED`` (runs whose
+        conversion never came: ORT raised, or the worker had no room)."""
+        with self._settling:
+            self._unsettled.append(share)
+            del self._unsettled[:-_UNSETTLED]
 
     def settle(self, share: Share) -> None:
         """Take ``share``'s ring bytes (and dense reads), unless that was done already; what
@@ -143,11 +155,14 @@ class Pool:
                     share.settled = self._take(share)
                 except Exception as exc:
                     share.settled = ((), (f"the run's counts could not be read: {exc!r}",))
+                with contextlib.suppress(ValueError):  # not ended (an error path): not listed
+                    self._unsettled.remove(share)
 
-    def settle_last(self) -> None:
-        """Settle the last stopped run, if any (holding ``lock``)."""
-        share, self._unsettled = self._unsettled, None
-        if share is not None:
+    def settle_all(self) -> None:
+        """Settle every run ended and not settled yet."""
+        with self._settling:
+            waiting = list(self._unsettled)
+        for share in waiting:
             self.settle(share)
 
     def _take(self, share: Share) -> Settled:
@@ -177,12 +192,12 @@ class Pool:
         return tuple(threads), tuple(problems)
 
     def close(self, *, forked_child: bool = False) -> None:
-        """Settle the last run and close the groups, once no run uses them (in a forked child:
-        at once, unsettled and without the lock, which a parent's thread may have held at the
-        fork)."""
+        """Settle the runs not settled yet and close the groups, once no run uses them (in a
+        forked child: at once, unsettled and without the lock, which a parent's thread may
+        have held at the fork)."""
         with contextlib.nullcontext() if forked_child else self.lock:
             if not forked_child:
-                self.settle_last()
+                self.settle_all()
             for group in self.groups:
                 group.close(forked_child=forked_child)
             self.groups = []
