@@ -173,7 +173,7 @@ def cpu_ns_from_switches(raw: RawRun, window: tuple[int, int]) -> float:
         records = ThreadRecords()
         for taken in thread.taken:
             parse(taken.data, thread.dense_id, records)
-        switches = sorted(records.switches)  # all the ring holds, from before the window too
+        switches = sorted(records.switches)  # from the last one before the window
         on = switches[0][1] if switches else thread.running
         since = begin
         for moment, out in [*switches, (end, None)]:
@@ -560,16 +560,16 @@ def test_a_flight_rings_records_are_kept_from_the_last_switch_before_the_window(
         switch_record(200, True),
     ]  # fmt: skip
     plain = ThreadRecords()
-    assert parse_recent(b"".join(newest_first), 450, plain)
+    assert parse_recent(b"".join(newest_first), (450, 850), plain)  # not 900: after it
     assert sorted(plain.switches) == [(300, False), (500, True), (800, False)]
-    assert plain.events == {2: [900, 600]} and not plain.throttles
+    assert plain.events == {2: [600]} and not plain.throttles
     throttled = ThreadRecords()
     data = b"".join([throttle_record(700, 2), *newest_first, throttle_record(100, 2)])
-    assert parse_recent(data, 450, throttled)
+    assert parse_recent(data, (450, 850), throttled)
     assert sorted(throttled.switches) == sorted(plain.switches)
     assert throttled.events == plain.events and throttled.throttles == [700]
-    assert not parse_recent(b"".join(newest_first[:3]), 450, ThreadRecords())  # none before
-    assert not parse_recent(b"", 450, ThreadRecords())
+    assert not parse_recent(b"".join(newest_first[:3]), (450, 850), ThreadRecords())
+    assert not parse_recent(b"", (450, 850), ThreadRecords())
 
 
 def test_a_flight_ring_holds_the_latest_records_and_says_when_older_ones_went() -> None:
@@ -590,14 +590,14 @@ def test_a_flight_ring_holds_the_latest_records_and_says_when_older_ones_went() 
         times = [moment for moment, _ in records.switches]
         assert times == sorted(times, reverse=True) and len(times) >= mmap.PAGESIZE // 32 - 20
         assert [out for _, out in records.switches[:4]] in ([True, False] * 2, [False, True] * 2)
-        since = times[len(times) // 2]
+        since, until = times[len(times) // 2], times[len(times) // 4]
         recent = ThreadRecords()
-        assert parse_recent(taken.data, since, recent)  # reaches back before ``since``
+        assert parse_recent(taken.data, (since, until), recent)  # reaches back before it
         assert sorted(recent.switches) == sorted(
-            [(t, out) for t, out in records.switches if t >= since]
+            [(t, out) for t, out in records.switches if since <= t <= until]
             + [max((t, out) for t, out in records.switches if t < since)]
         )
-        assert not parse_recent(taken.data, times[-1], ThreadRecords())  # none before
+        assert not parse_recent(taken.data, (times[-1], until), ThreadRecords())  # none before
     finally:
         group.close()
 

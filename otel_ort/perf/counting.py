@@ -26,7 +26,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from otel_ort.perf import probe
 from otel_ort.perf.attribution import (
@@ -41,7 +41,7 @@ from otel_ort.perf.attribution import (
 )
 from otel_ort.perf.events import TIME_ALIAS_DEFAULT, EventSelection, Unavailable
 from otel_ort.perf.group import Taken, ThreadGroup
-from otel_ort.perf.records import ThreadRecords, parse, parse_recent
+from otel_ort.perf.records import ThreadRecords, parse, parse_recent, trim_recent
 
 _logger = logging.getLogger("otel_ort")
 
@@ -56,6 +56,10 @@ class ThreadRaw:
     after: Read | None
     """The dense group's values at the start and the end (``None``: no dense events)."""
     taken: tuple[Taken, ...]
+    """Its rings' records for the window (a flight ring's cut to them at once: whole rings
+    would wait in memory for the conversion)."""
+    incomplete: frozenset[str]
+    """Rings whose records for the window are not all there (see ``ThreadRun``)."""
     ids: dict[str, int]
     dense_id: int | None
     running: bool
@@ -173,7 +177,17 @@ class Pool:
                 group.frozen = after = group.read()  # it holds until enabled again
                 # before the take: a switch after this shows in its records, which then say
                 running = self.calling or (group.never_switched() and group.mostly_on_cpu())
-                taken = group.take()
+                taken, incomplete = [], set()
+                for ring in group.take():
+                    kept, short = _for_window(ring, (start, stop))
+                    taken.append(kept)
+                    if short:
+                        incomplete.add(ring.holds)
+                        problems.append(
+                            f"thread {group.tid}: the ring buffer of its {ring.holds} records "
+                            f"{_LOSS[ring.since_open is None]}: what depends on them is not "
+                            "given per node or in the run's totals"
+                        )
             except (OSError, ValueError) as exc:  # closed meanwhile (shutdown gave up waiting)
                 problems.append(f"thread {group.tid} not counted: {exc}")
                 continue
@@ -183,7 +197,8 @@ class Pool:
                     (start, stop),
                     before,
                     after,
-                    taken,
+                    tuple(taken),
+                    frozenset(incomplete),
                     group.ids,
                     group.dense_id,
                     running,
@@ -335,21 +350,11 @@ class PerfCounters:
         runs, throttled, problems = [], 0, list(lost)
         for thread in threads:
             records = ThreadRecords()
-            incomplete = set()
             for taken in thread.taken:
                 if taken.since_open is None:
                     parse(taken.data, thread.dense_id, records)
-                    short = taken.filled
-                else:  # a flight ring: whole if its records reach back before the window
-                    reached = parse_recent(taken.data, thread.window[0], records)
-                    short = not (reached or taken.since_open)
-                if short:
-                    incomplete.add(taken.holds)
-                    problems.append(
-                        f"thread {thread.tid}: the ring buffer of its {taken.holds} records "
-                        f"{_LOSS[taken.since_open is None]}: what depends on them is not given "
-                        "per node or in the run's totals"
-                    )
+                else:
+                    parse_recent(taken.data, thread.window, records)
             throttled += sum(
                 thread.window[0] <= moment <= thread.window[1] for moment in records.throttles
             )
@@ -361,7 +366,7 @@ class PerfCounters:
                     thread.after,
                     records,
                     thread.ids,
-                    frozenset(incomplete),
+                    thread.incomplete,
                     thread.running,
                 )
             )
@@ -495,6 +500,16 @@ class PerfCounters:
         self._running = set()
         self._groups_lock = threading.Lock()
         self.close(forked_child=True)
+
+
+def _for_window(taken: Taken, window: tuple[int, int]) -> tuple[Taken, bool]:
+    """``taken`` cut to what ``window`` needs (a flight ring's), and whether some of that is
+    missing (a dense ring that filled up; a flight ring whose records no longer reach back
+    before the window's start)."""
+    if taken.since_open is None:
+        return taken, taken.filled
+    data, reached = trim_recent(taken.data, window)
+    return replace(taken, data=data), not (reached or taken.since_open)
 
 
 def _disable(groups: Iterable[ThreadGroup]) -> None:

@@ -82,24 +82,26 @@ def _group_sample(data: bytes, offset: int, time: int) -> GroupSample:
     return GroupSample(time, *unpack_group(data, offset))
 
 
-def parse_recent(data: bytes, since: int, out: ThreadRecords) -> bool:
-    """The records of a flight ring (``data`` newest first) that a window starting at
-    ``since`` needs, added to ``out``: those at or after it, and the last switch record
-    before it (which says whether the thread was on a CPU when the window began). Whether the
-    records reach back before ``since`` (else older ones were overwritten, or never were)."""
+def parse_recent(data: bytes, window: tuple[int, int], out: ThreadRecords) -> bool:
+    """The records of a flight ring (``data`` newest first) that ``window`` needs, added to
+    ``out``: those inside it, and the last switch record before it (which says whether the
+    thread was on a CPU when the window began); not the later ones, which may be many by the
+    time the ring is read. Whether the records reach back before the window's start (else
+    older ones were overwritten, or never were)."""
+    since, until = window
     count = len(data) // _PLAIN.itemsize
     records = np.frombuffer(data, _PLAIN, count)
     kinds = records["type"]
     if (records["size"] != _PLAIN.itemsize).any() or not np.isin(kinds, (_SAMPLE, _SWITCH)).all():
         older = ThreadRecords()  # another record among them (throttling): one at a time
         parse(data, None, older)
-        return _keep(older, since, out)
+        return _keep(older, window, out)
     switch = kinds == _SWITCH
     # a switch record ends with pid/tid, time, id; a sample is id, pid/tid, time
     times = np.where(switch, records["b"], records["c"]).astype(np.int64)
     reached = bool(count) and int(times.min()) < since
     before = np.flatnonzero(switch & (times < since))
-    keep = times >= since
+    keep = (times >= since) & (times <= until)
     if len(before):
         keep[before[0]] = True  # the newest switch before the window
     out.switches.extend(
@@ -116,13 +118,34 @@ def parse_recent(data: bytes, since: int, out: ThreadRecords) -> bool:
     return reached
 
 
-def _keep(records: ThreadRecords, since: int, out: ThreadRecords) -> bool:
+def _keep(records: ThreadRecords, window: tuple[int, int], out: ThreadRecords) -> bool:
     """``parse_recent`` for records parsed one at a time."""
+    since, until = window
     earlier = [switch for switch in records.switches if switch[0] < since]
     out.switches.extend([max(earlier)] if earlier else [])
-    out.switches.extend(switch for switch in records.switches if switch[0] >= since)
+    out.switches.extend(switch for switch in records.switches if since <= switch[0] <= until)
     for identifier, times in records.events.items():
-        out.events.setdefault(identifier, []).extend(t for t in times if t >= since)
-    out.throttles.extend(t for t in records.throttles if t >= since)
+        out.events.setdefault(identifier, []).extend(t for t in times if since <= t <= until)
+    out.throttles.extend(t for t in records.throttles if since <= t <= until)
     oldest = [t for t, _ in records.switches] + [t for ts in records.events.values() for t in ts]
     return bool(oldest) and min(oldest) < since
+
+
+def trim_recent(data: bytes, window: tuple[int, int]) -> tuple[bytes, bool]:
+    """The bytes of the records in ``data`` (a flight ring's, newest first) that
+    ``parse_recent`` keeps for ``window``, to hold until they are parsed (32 bytes each,
+    where parsed records would take several times that), and whether they reach back before
+    the window's start. With other records among them (throttling), all of ``data``."""
+    since, until = window
+    count = len(data) // _PLAIN.itemsize
+    records = np.frombuffer(data, _PLAIN, count)
+    kinds = records["type"]
+    if (records["size"] != _PLAIN.itemsize).any() or not np.isin(kinds, (_SAMPLE, _SWITCH)).all():
+        return data, parse_recent(data, window, ThreadRecords())
+    switch = kinds == _SWITCH
+    times = np.where(switch, records["b"], records["c"]).astype(np.int64)
+    before = np.flatnonzero(switch & (times < since))
+    keep = (times >= since) & (times <= until)
+    if len(before):
+        keep[before[0]] = True
+    return records[keep].tobytes(), bool(count) and int(times.min()) < since
