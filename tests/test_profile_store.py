@@ -330,32 +330,6 @@ def test_worker_runs_jobs_in_order_drains_and_stops() -> None:
     assert "test-worker" not in {t.name for t in threading.enumerate()}
 
 
-def test_a_jobs_first_step_runs_before_the_next_job_starts() -> None:
-    """A profiled run takes its perf records (its ``first`` step) as soon as the job running
-    ends, before older queued runs are converted; a failing step does not stop the rest."""
-    worker = Worker("test-worker", max_pending=10)
-    started, release = threading.Event(), threading.Event()
-    done: list[str] = []
-
-    def slow() -> None:
-        started.set()
-        release.wait(timeout=10)
-        done.append("slow")
-
-    def failing_step() -> None:
-        raise RuntimeError("a step that fails")
-
-    assert worker.submit(slow) and started.wait(timeout=10)
-    assert worker.submit(functools.partial(done.append, "b"), first=failing_step)
-    assert worker.submit(
-        functools.partial(done.append, "c"), first=functools.partial(done.append, "c first")
-    )
-    release.set()
-    assert worker.drain(timeout=10)
-    assert done == ["slow", "c first", "b", "c"]
-    assert worker.stop(timeout=10)
-
-
 def test_a_busy_worker_finds_jobs_by_itself_and_a_sleeping_one_is_woken(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -8,9 +8,9 @@ reused, and their software events count from then on into flight rings (``group.
 
 A profiled run (``begin`` … ``end``, on the request thread) only stamps its window on each of
 its groups, just before ORT's run and just after: no system call, nothing switched on another
-thread's CPU. Its records are taken afterwards (``settle``) by the worker, before older runs
-are converted (the rings are written over as their threads go on); the attribution keeps
-those of its window. Dense events (hardware counters) are the exception: their sampling would
+thread's CPU. Its records are taken afterwards (``settle``) by the worker as it converts the
+run, cut to its window at once; a run whose records were written over meanwhile (a long
+backlog) says so. Dense events (hardware counters) are the exception: their sampling would
 cost every run, so each profiled run switches them on and off on its threads; a session's
 pool then serves one profiled run at a time (concurrent profiled runs on one session take
 turns), and a dense ring is emptied by each take, so a profiled run that starts before the

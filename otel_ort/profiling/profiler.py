@@ -33,7 +33,6 @@ from otel_ort import semconv
 from otel_ort._util.forking import after_fork_in_child
 from otel_ort.instrumentation.metrics import Instruments
 from otel_ort.instrumentation.options import ProfilingOptions
-from otel_ort.perf.counting import RawRun
 from otel_ort.profiling import lifecycle
 from otel_ort.profiling.conversion import Converter, end_span
 from otel_ort.profiling.pool_log import PoolLogs
@@ -224,9 +223,7 @@ class Profiler:
     ) -> None:
         """Hand a profiled run to the worker (into the place ``prepare`` reserved; a
         ``run_async`` run asks for one now): it calls ``measured`` (the caller's marks on the
-        span and its duration metric), converts the run and ends ``span`` at ``end_ns``. Its
-        perf records are taken first, before older runs are converted: the rings that hold
-        them are written over as their threads go on."""
+        span and its duration metric), converts the run and ends ``span`` at ``end_ns``."""
         store = self._prerequisites.store
         assert store is not None  # a profiled run had one
 
@@ -235,9 +232,7 @@ class Profiler:
             self._converter.convert(store, span, end_ns, run, session_facts, runs)
             self._make_ready(store)
 
-        counted = run.counters
-        settle = counted.settle if isinstance(counted, RawRun) else None
-        if not self.worker.submit(convert, reserved=not asynchronous, first=settle):
+        if not self.worker.submit(convert, reserved=not asynchronous):
             # its thread could not start (logged), or no room for a run_async's
             measured()
             self._tally.run("profiled")

@@ -1,8 +1,6 @@
 """One background thread that does profiling's slow work off the request path.
 
-Jobs (converting a profiled run, deleting a dropped run's files) run in submission order. A
-job may come with a short ``first`` step, run before whatever job starts next: a profiled run
-takes its perf records that way while older runs still wait for conversion.
+Jobs (converting a profiled run, deleting a dropped run's files) run in submission order.
 The queue is bounded: ``submit`` refuses a job when ``max_pending`` are waiting or promised, and the
 caller counts that. A caller that must not be refused later (a profiled run, whose profile
 is about to exist) ``reserve``s a place first and submits into it, from the same thread.
@@ -52,8 +50,6 @@ class Worker:
 
     def _fresh_state(self) -> None:
         self._jobs: deque[Job] = deque()
-        self._firsts: list[Job] = []
-        """Short steps of queued jobs, run before the next job starts."""
         self._condition = threading.Condition()
         self._busy = False
         self._reserved_by: dict[int, int] = {}  # thread ident → places it reserved
@@ -100,10 +96,9 @@ class Worker:
     def _has_room(self) -> bool:
         return not self._stopping and len(self._jobs) + self._reserved < self.max_pending
 
-    def submit(self, job: Job, reserved: bool = False, first: Job | None = None) -> bool:
-        """Queue ``job`` (into a reserved place, which is never refused), and ``first``, a
-        short step of it, to run before the next job starts; ``False`` when the queue is full
-        or the worker is stopping, or when its thread cannot start."""
+    def submit(self, job: Job, reserved: bool = False) -> bool:
+        """Queue ``job`` (into a reserved place, which is never refused); ``False`` when the
+        queue is full or the worker is stopping, or when its thread cannot start."""
         with self._condition:
             if reserved:
                 self._unreserve()
@@ -113,8 +108,6 @@ class Worker:
                 self._condition.notify_all()  # a reserved place was given back: drains end
                 return False
             self._jobs.append(job)
-            if first is not None:
-                self._firsts.append(first)
             if self._asleep:
                 self._condition.notify_all()
             return True
@@ -198,14 +191,8 @@ class Worker:
                     self._thread = None
                     return
                 job = self._jobs.popleft()
-                firsts, self._firsts = self._firsts, []
                 self._busy = True
                 last_job = time.monotonic()
-            for step in firsts:
-                try:
-                    step()
-                except BaseException:
-                    report_failure(f"a background job of {self.name} failed")
             try:
                 job()
             except BaseException:  # SystemExit from a span processor, say: the thread goes on
