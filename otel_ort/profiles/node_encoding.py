@@ -5,8 +5,7 @@ each attribute's bytes cached per raw value: what :func:`node_attributes` gives,
 A profile's args repeat: op types, providers, sizes, ``mem_*`` statistics and shapes per node,
 and a model's node names and indexes from one run to the next. A repeated arg costs a dict
 look-up here. Caches are keyed per attribute by the raw value, of one exact type only, since
-``True == 1 == 1.0``: ORT's strings (``"1024"``), a node's duration and thread id, perf counts
-and their splits by thread when ``int`` (a list of them as a tuple), and a shape list by its
+``True == 1 == 1.0``: ORT's strings (``"1024"``), a node's thread id, a shape list by its
 orjson text (the same text is the same JSON value; text holding ``null``, which ``NaN``,
 ``Infinity`` and ``None`` all become, is not cached). Other values (a file not ORT's) are
 encoded each time. Args read by type (:class:`~otel_ort.profiles.ort_events.RawArgs`) are
@@ -58,10 +57,12 @@ from otel_ort.profiles.span_draft import SpanDraft
 _logger = logging.getLogger("otel_ort")
 
 _CACHE_LIMIT = 1 << 14
-_STATS_LIMIT = 1 << 10
+_STATS_LIMIT = 1 << 6
 """Thread statistics' texts mostly differ from run to run (they hold times): their cache
-keeps the ones that repeat within a run (a node that used no pool thread) in a few hundred
-KB rather than megabytes."""
+keeps the ones that repeat within a run (a node that used no pool thread) in tens of KB."""
+_SMALL = 1 << 12
+"""Run-varying integers below this are cached (they repeat: short nodes' durations, zero
+counts); larger ones are encoded each time."""
 _V = TypeVar("_V")
 _DOUBLE = struct.Struct("<d")
 _NODE_PREFIX = "onnxruntime.node."
@@ -176,11 +177,12 @@ class NodeEncoder:
         append(self._cached_str(fixed[semconv.NODE_PROVIDER], node.provider))
         key_field, cache = fixed[semconv.NODE_DURATION_US]
         dur = node.dur
-        piece = cache.get(dur) if type(dur) is int else None  # not floats: -0.0 == 0
+        small = type(dur) is int and 0 <= dur < _SMALL  # not floats: -0.0 == 0
+        piece = cache.get(dur) if small else None
         if piece is None:
             piece = attribute_entry(key_field, b"\x21" + _DOUBLE.pack(float(dur)))
-            if type(dur) is int:
-                _put(cache, dur, piece)
+            if small:
+                cache[dur] = piece
         append(piece)
         tid = int_value(node.tid)
         if tid is not None:
@@ -278,9 +280,12 @@ class NodeEncoder:
                 known = _ints(value)
             if known is not None:
                 cached = caches.get(key) or _put(caches, key, (attribute_key(key), {}))
-                piece = cached[1].get(known)
+                small = type(known) is int and 0 <= known < _SMALL
+                piece = cached[1].get(known) if small else None
                 if piece is None:
-                    piece = _put(cached[1], known, _int_attribute(cached[0], known))
+                    piece = _int_attribute(cached[0], known)
+                    if small:
+                        cached[1][known] = piece
                 if piece:  # else out of int64: the general encoder says so
                     append(piece)
                     continue
@@ -336,10 +341,10 @@ class NodeEncoder:
                 append(self._cached_str(fixed[semconv.NODE_THREAD_POOL], pool))
             number = int_value(main.get("Run"))
             if number is not None:
-                append(self._cached_int(fixed[semconv.NODE_MAIN_THREAD_RUN_US], number))
+                append(self._varying_int(fixed[semconv.NODE_MAIN_THREAD_RUN_US], number))
             number = int_value(main.get("Wait"))
             if number is not None:
-                append(self._cached_int(fixed[semconv.NODE_MAIN_THREAD_WAIT_US], number))
+                append(self._varying_int(fixed[semconv.NODE_MAIN_THREAD_WAIT_US], number))
         sub_threads = stats.get("sub_threads")
         if isinstance(sub_threads, dict):
             used = tasks = 0
@@ -360,10 +365,10 @@ class NodeEncoder:
                 append(self._cached_str(fixed[semconv.NODE_THREAD_POOL], main.thread_pool_name))
             number = int_value(main.Run)
             if number is not None:
-                append(self._cached_int(fixed[semconv.NODE_MAIN_THREAD_RUN_US], number))
+                append(self._varying_int(fixed[semconv.NODE_MAIN_THREAD_RUN_US], number))
             number = int_value(main.Wait)
             if number is not None:
-                append(self._cached_int(fixed[semconv.NODE_MAIN_THREAD_WAIT_US], number))
+                append(self._varying_int(fixed[semconv.NODE_MAIN_THREAD_WAIT_US], number))
         if stats.sub_threads is not None:
             used = tasks = 0
             for sub in stats.sub_threads.values():
@@ -383,6 +388,13 @@ class NodeEncoder:
             if type(text) is str:
                 _put(cache, text, piece)
         return piece
+
+    @staticmethod
+    def _varying_int(fixed: tuple[bytes, dict[Any, bytes]], number: int) -> bytes:
+        """An int64 attribute whose values change from run to run: cached below ``_SMALL``."""
+        if 0 <= number < _SMALL:
+            return NodeEncoder._cached_int(fixed, number)
+        return _int_entry(fixed[0], number)
 
     @staticmethod
     def _cached_int(fixed: tuple[bytes, dict[Any, bytes]], number: int) -> bytes:
