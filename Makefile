@@ -54,7 +54,7 @@ up:  ## the collector, Jaeger, Tempo, Prometheus and Grafana (needs Docker): see
 down:
 	docker compose down
 
-bench: $(STAMP) wrk  ## run overhead; profile → spans speed; perf counting overhead and attribution; a profiled run's whole-process CPU; the FastAPI example under wrk; memory; ORT's pool profiler (each against its baseline, same run)
+bench: $(STAMP) wrk  ## run overhead; profile → spans speed; perf counting overhead and attribution; a profiled run's whole-process CPU; the FastAPI example under wrk; memory; ORT's pool profiler; perf's always-counting events (each against its baseline, same run)
 	$(BIN)/python -m bench.run_overhead
 	$(BIN)/python -m bench.profile_spans
 	$(BIN)/python -m bench.profile_overhead
@@ -64,6 +64,7 @@ bench: $(STAMP) wrk  ## run overhead; profile → spans speed; perf counting ove
 	$(BIN)/python -m bench.service_load
 	$(BIN)/python -m bench.profile_memory
 	$(BIN)/python -m bench.pool_profiler_cost
+	$(BIN)/python -m bench.perf_recording_cost
 
 wrk:  ## Debian's wrk, the HTTP load generator of bench.service_load, installed when missing (apt-get)
 	@command -v wrk >/dev/null || ! command -v apt-get >/dev/null || \

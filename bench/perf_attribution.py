@@ -61,7 +61,7 @@ class CountedRun:
 
     def raw(self) -> RawRun:
         """A ``RawRun`` already settled (its one share holds the settled threads)."""
-        share = Share(Pool([], []), [], None, settled=(self.threads, self.problems))
+        share = Share(Pool([], []), [], [], settled=(self.threads, self.problems))
         return RawRun((share,), (), self.calling_tid)
 
     def fresh_profile(self) -> Profile:

@@ -159,7 +159,7 @@ def measure(config: Config, session: Session, feeds, prefix: str, keep: bool) ->
         for thread in threads:
             for taken in thread.taken:
                 parse(taken.data, thread.dense_id, records)
-                config.filled += taken.filled
+            config.filled += "dense" in thread.incomplete
         config.samples.append(len(records.group_samples))
         t0 = clock()  # ... read the profile, attribute
         profile = read_profile(files[0], start := session.last_run_started_ns)

@@ -18,9 +18,8 @@ import re
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextlib import ContextDecorator
+from contextvars import ContextVar, Token
 
 from opentelemetry.trace import SpanContext
 
@@ -167,20 +166,26 @@ _FORCED: ContextVar[list[bool] | None] = ContextVar("otel_ort_profile_next_run",
 list, shared by the copies of the context made inside the block, so one run takes it."""
 
 
-@contextmanager
-def profile_next_run() -> Iterator[None]:
+class profile_next_run(ContextDecorator):
     """Profile the next run started in this context, whatever the sampler: in this thread or
     task, or in a copy of its context made inside the block (``asyncio`` tasks,
     ``asyncio.to_thread``; an executor that does not copy the context does not see it).
 
-    ``with otel_ort.profile_next_run(): session.run(...)``. Runs after the first one inside
-    the block are left to the sampler.
+    ``with otel_ort.profile_next_run(): session.run(...)``, or as a decorator. Runs after the
+    first one inside the block are left to the sampler. A class rather than a generator: its
+    ``with`` costs a profiled run's caller a few microseconds less.
     """
-    token = _FORCED.set([True])
-    try:
-        yield
-    finally:
-        _FORCED.reset(token)
+
+    _token: Token[list[bool] | None]
+
+    def __enter__(self) -> None:
+        self._token = _FORCED.set([True])
+
+    def __exit__(self, *exc_info: object) -> None:
+        _FORCED.reset(self._token)
+
+    def _recreate_cm(self) -> profile_next_run:  # each decorated call its own block
+        return profile_next_run()
 
 
 forced_request = _FORCED.get

@@ -129,8 +129,6 @@ PERF_TIME_ALIASES: Final = ("task-clock", "cpu-clock")
 """Aliases of the software events counted in ns (shown as times)."""
 PERF_BETWEEN_PREFIX: Final = "perf.between_nodes."
 """Run span: counted inside the run but outside every node's window."""
-PERF_UNATTRIBUTED_PREFIX: Final = "perf.unattributed."
-"""Run span: counted (exact total) but not placed in time (a ring that filled up)."""
 PERF_SCALING_PREFIX: Final = "perf.scaling."
 """Run span: a multiplexed counter's time enabled / time running (values are scaled by it)."""
 PERF_THREAD_IDS: Final = "perf.thread_ids"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from otel_ort.perf.attribution import Attribution, Counted, Read, ThreadRun, attribute
+from otel_ort.perf.attribution import Attribution, Counted, ThreadRun, attribute
 from otel_ort.perf.counting import RunCounts
 from otel_ort.perf.records import ThreadRecords
 from otel_ort.perf.tracks import counter_events, counters
@@ -59,9 +59,8 @@ def test_tracks_from_a_counted_runs_arrays_read_back_as_its_node_counts(tmp_path
     leader, faults = 1, 2
     length = windows[-1][1] - base + 1_000
     thread = ThreadRun(  # on a CPU throughout; its faults' ring filled up: unknown per node
-        3, (base, base + length), Read(0, 0, {leader: 0, faults: 0}),
-        Read(length, length, {leader: length, faults: 4}), None, None, ThreadRecords(),
-        {"task-clock": leader, "page-faults": faults}, frozenset({"page-faults"}),
+        3, (base, base + length), None, None, ThreadRecords(),
+        {"task-clock": leader, "page-faults": faults}, frozenset({"page-faults"}), running=True,
     )  # fmt: skip
     counted = Counted({"task-clock": "time", "page-faults": "sparse"}, "task-clock")
     attribution = attribute([thread], windows, counted)

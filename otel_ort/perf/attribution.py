@@ -6,15 +6,16 @@ then, for a node's window ``[a, b)`` (from ORT's profile, on the same CLOCK_REAL
 - ``time`` events (task-clock): on-CPU time inside the window, exact;
 - ``context-switches``: switch-out records inside the window, exact;
 - ``sparse`` events (faults, migrations; sampled at period 1): samples inside the window, exact
-  unless the kernel lost or throttled samples, which shows as ``unattributed``;
+  unless the kernel throttled samples (``perf.throttled`` on the run says so);
 - ``dense`` events (hardware counters, cpu-clock): the group's values at the start, at each
   leader sample and at the end, interpolated linearly in on-CPU time; for a multiplexed group
   each step is scaled by its Δenabled/Δrunning, and a step that never ran is unknown (NaN).
 
-Node values sum over the run's threads. Run totals are the exact reads at start and end
-(scaled for dense events); ``between`` is what fell outside every node window. Windows may
-nest (a control-flow node holds its subgraph's nodes): each node's value is its whole
-window's, and ``between`` counts only the outermost windows.
+Node values sum over the run's threads. Run totals are the same records over the whole
+counting window (dense events: the reads at its start and end, scaled); ``between`` is what
+fell outside every node window. Windows may nest (a control-flow node holds its subgraph's
+nodes): each node's value is its whole window's, and ``between`` counts only the outermost
+windows.
 """
 
 from __future__ import annotations
@@ -48,10 +49,7 @@ class ThreadRun:
 
     tid: int
     window: tuple[int, int]
-    """When it was counted (ns, CLOCK_REALTIME), stamped next to its before and after reads."""
-    before: Read
-    after: Read
-    """The software group's reads (task-clock, sparse events)."""
+    """When it was counted (ns, CLOCK_REALTIME): its records from then to then are its run's."""
     dense_before: Read | None
     dense_after: Read | None
     """The dense group's reads, when dense events are counted."""
@@ -59,8 +57,12 @@ class ThreadRun:
     ids: Mapping[str, int]
     """Event id of each counted alias on this thread (the time alias is the leader)."""
     incomplete: frozenset[str] = frozenset()
-    """Records that are not all there (their ring filled up): ``switches``, ``dense`` or a
-    sparse alias. What depends on them is unknown per node (NaN); totals stay exact."""
+    """Records that are not all there (a ring filled up, or no longer held the window's
+    start): ``switches``, ``dense`` or a sparse alias. What depends on them is unknown (NaN),
+    per node and in total."""
+    running: bool = False
+    """Whether it was on a CPU throughout, when it has no switch record at all (it never
+    switched since its events were opened)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +99,12 @@ class NodeColumns:
 
 
 class Attribution:
-    """A run's counts: per node, the run's totals, what fell between nodes and what could not be
-    placed. ``attribute`` gives the per-node values as arrays (``columns``, which
-    ``node_attributes`` and ``counter_events`` read); ``nodes`` and ``threads``, dicts, are
-    made from them when first asked for (a few µs per node)."""
+    """A run's counts: per node, the run's totals and what fell between nodes. ``attribute``
+    gives the per-node values as arrays (``columns``, which ``node_attributes`` and
+    ``counter_events`` read); ``nodes`` and ``threads``, dicts, are made from them when first
+    asked for (a few µs per node)."""
 
-    __slots__ = ("_nodes", "_threads", "between", "columns", "scaling", "totals", "unattributed")
+    __slots__ = ("_nodes", "_threads", "between", "columns", "scaling", "totals")
 
     def __init__(
         self,
@@ -110,7 +112,6 @@ class Attribution:
         threads: list[dict[int, dict[str, float]]] | None = None,
         totals: dict[str, float] | None = None,
         between: dict[str, float] | None = None,
-        unattributed: dict[str, float] | None = None,
         scaling: dict[str, tuple[int, int]] | None = None,
         *,
         columns: NodeColumns | None = None,
@@ -123,7 +124,6 @@ class Attribution:
         """The per-node values as ``attribute`` made them (``None``: given as dicts)."""
         self.totals: dict[str, float] = totals if totals is not None else {}
         self.between: dict[str, float] = between if between is not None else {}
-        self.unattributed: dict[str, float] = unattributed if unattributed is not None else {}
         self.scaling: dict[str, tuple[int, int]] = scaling if scaling is not None else {}
         """Dense aliases: (Δenabled, Δrunning) summed over the threads (multiplexed:
         unequal)."""
@@ -181,7 +181,7 @@ def attribute(runs: Sequence[ThreadRun], windows: Windows, counted: Counted) -> 
     sums: dict[str, Array] = {}
     threads = []
     for run in runs:
-        on_cpu = _OnCpu(run, run.ids[counted.time_alias], origin)
+        on_cpu = _OnCpu(run, origin)
         per_node = _thread_values(run, on_cpu, starts, ends, outermost, counted, result)
         threads.append(ThreadColumns(run.tid, per_node[counted.time_alias] > 0, per_node))
         for alias, array in per_node.items():
@@ -229,21 +229,15 @@ def _thread_values(
     for alias, kind in counted.kinds.items():
         if kind == "time":
             out[alias] = on_cpu.at(ends) - on_cpu.at(starts)
-            recorded[alias] = on_cpu.total
-            total = float(_delta(run, run.ids[alias]))
+            recorded[alias] = total = on_cpu.total
         elif kind == "switches":
             times = on_cpu.switched_out
             out[alias] = _counts_in(times, starts, ends, on_cpu.window)
             recorded[alias] = total = float(len(_inside(times, on_cpu.window)))
-            if "switches" in run.incomplete:  # records dropped: the count is short
-                total = math.nan
         elif kind == "sparse":
-            event = run.ids[alias]
-            times = on_cpu.since(run.records.events.get(event, ()))
+            times = on_cpu.since(run.records.events.get(run.ids[alias], ()))
             out[alias] = _counts_in(times, starts, ends, on_cpu.window)
-            recorded[alias] = float(len(_inside(times, on_cpu.window)))
-            total = float(_delta(run, event))
-            _add(result.unattributed, alias, total - recorded[alias])
+            recorded[alias] = total = float(len(_inside(times, on_cpu.window)))
         else:
             positions, values, unknown, scale = _dense_series(run, run.ids[alias], on_cpu)
             low, high = on_cpu.at(starts), on_cpu.at(ends)
@@ -255,8 +249,10 @@ def _thread_values(
                 enabled, running = result.scaling.get(alias, (0, 0))
                 result.scaling[alias] = (enabled + scale[0], running + scale[1])
         needs = {"sparse": {alias}, "dense": {"dense", "switches"}}.get(kind, {"switches"})
-        if needs & run.incomplete:  # its records are not all there: unknown per node
+        if needs & run.incomplete:  # its records are not all there: unknown
             out[alias] = np.full_like(starts, math.nan)
+            if kind != "dense":  # the reads at the start and end give the dense totals
+                total = math.nan
         _add(result.totals, alias, total)
         _add(result.between, alias, recorded[alias] - float(out[alias][outermost].sum()))
     return out
@@ -281,7 +277,7 @@ _ORT_ROUNDING_NS = 2_000
 _MAX_MOVES = 64
 
 
-def late_start(run: ThreadRun, leader: int, windows: Windows) -> int:
+def late_start(run: ThreadRun, windows: Windows) -> int:
     """How much later ``windows`` really are, by ``run``'s thread (the calling thread, which
     ran every node: sequential execution), ns.
 
@@ -296,7 +292,7 @@ def late_start(run: ThreadRun, leader: int, windows: Windows) -> int:
     if not len(pairs) or "switches" in run.incomplete:
         return 0
     origin = int(pairs[0, 0])
-    on_cpu = _OnCpu(run, leader, origin)
+    on_cpu = _OnCpu(run, origin)
     if not len(on_cpu.starts):
         return 0
     starts = on_cpu.starts - _ORT_ROUNDING_NS
@@ -323,7 +319,7 @@ class _OnCpu:
     """A thread's on-CPU intervals inside its window, from its switch records; times in ns
     since ``origin`` (float64 holds ns since the epoch only to 256 ns)."""
 
-    def __init__(self, run: ThreadRun, leader: int, origin: int) -> None:
+    def __init__(self, run: ThreadRun, origin: int) -> None:
         self.origin = origin
         begin, end = run.window
         self.window = (begin - origin, end - origin)
@@ -338,7 +334,7 @@ class _OnCpu:
         times = np.clip(table[:, 0], begin, end)
         # on a CPU when counting began if its first switch is out; with no switch at all, on a
         # CPU throughout or never; after each switch, on a CPU if it was switched in
-        first = bool(out[0]) if len(out) else _delta(run, leader) > (end - begin) / 2
+        first = bool(out[0]) if len(out) else run.running
         intervals = out & np.concatenate(([first], ~out[:-1]))  # switched out while on one
         lefts = np.concatenate(([begin], times[:-1]))[intervals]
         rights = times[intervals]
@@ -405,10 +401,6 @@ def _counts_in(times: Array, starts: Array, ends: Array, window: tuple[int, int]
 
 def _inside(times: Array, window: tuple[int, int]) -> Array:
     return times[(times >= window[0]) & (times <= window[1])]
-
-
-def _delta(run: ThreadRun, event: int) -> int:
-    return run.after.values.get(event, 0) - run.before.values.get(event, 0)
 
 
 def _add(into: dict[str, float], alias: str, value: float) -> None:

@@ -4,17 +4,17 @@
 machine once (on the first selected run). Each profiled session gets a ``Pool`` of groups on
 its intra-op threads; each thread that runs profiled runs gets a one-group pool of its own on
 first use, kept in a thread-local (closed when the thread ends). Groups are opened once and
-reused. A profiled run (``begin`` … ``end``, on the request thread) switches the calling
-thread's group and the session pool's groups on just before ORT's run and off just after:
-the session's unprofiled runs pay nothing for switch records and samples. A session's pool
-is used by one profiled run at a time: concurrent profiled runs on one session take turns
-while perf counting is on. Switching another thread's events costs an interrupt to its CPU
-(``task_function_call``), tens of microseconds per thread on a VM, even while it sleeps.
+reused, and their software events count from then on into flight rings (``group.py``).
 
-The request thread does no more than switch groups on and off: a run's reads and ring bytes
-are taken afterwards (``settle``), by the worker as it converts the run, or by the pool's
-next run if that starts first. A switched-off group holds its values and its rings stay as
-they are, so they can wait.
+A profiled run (``begin`` … ``end``, on the request thread) only stamps its window on each of
+its groups, just before ORT's run and just after: no system call, nothing switched on another
+thread's CPU. Its records are taken afterwards (``settle``) by the worker as it converts the
+run, cut to its window at once; a run whose records were written over meanwhile (a long
+backlog) says so. Dense events (hardware counters) are the exception: their sampling would
+cost every run, so each profiled run switches them on and off on its threads; a session's
+pool then serves one profiled run at a time (concurrent profiled runs on one session take
+turns), and a dense ring is emptied by each take, so a profiled run that starts before the
+worker took the previous one's records takes them first.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ import contextlib
 import errno
 import logging
 import threading
+import time
 import weakref
+from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from otel_ort.perf import probe
 from otel_ort.perf.attribution import (
@@ -40,12 +42,9 @@ from otel_ort.perf.attribution import (
 )
 from otel_ort.perf.events import TIME_ALIAS_DEFAULT, EventSelection, Unavailable
 from otel_ort.perf.group import Taken, ThreadGroup
-from otel_ort.perf.records import ThreadRecords, parse
+from otel_ort.perf.records import ThreadRecords, parse, parse_recent, trim_recent
 
 _logger = logging.getLogger("otel_ort")
-
-Reads = tuple[Read, Read | None]
-"""A group's software and dense values (see ``ThreadGroup.read``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,27 +53,36 @@ class ThreadRaw:
 
     tid: int
     window: tuple[int, int]
-    before: Reads
-    after: Reads
+    before: Read | None
+    after: Read | None
+    """The dense group's values at the start and the end (``None``: no dense events)."""
     taken: tuple[Taken, ...]
+    """Its rings' records for the window (a flight ring's cut to them at once: whole rings
+    would wait in memory for the conversion)."""
+    incomplete: frozenset[str]
+    """Rings whose records for the window are not all there (see ``ThreadRun``)."""
     ids: dict[str, int]
     dense_id: int | None
+    running: bool
+    """Whether it was on a CPU, if it never switched since its events were opened."""
 
 
 Settled = tuple[tuple[ThreadRaw, ...], tuple[str, ...]]
 """A run's threads, and the threads it could not count (why)."""
 
 
+_UNSETTLED = 64
+"""Runs a pool lists for ``close`` at most."""
+
+
 @dataclass(eq=False, slots=True)
 class Share:
-    """One run's part of a pool until it is settled; for a switched pool, each group's values
-    and time when enabled, and its time when disabled."""
+    """One run's part of a pool until it is settled: each group's dense values and time at
+    the window's start, and its time at the end."""
 
     pool: Pool
     groups: list[ThreadGroup]
-    skip: int | None
-    """A thread the calling thread's own pool counts: not counted twice."""
-    started: list[tuple[Reads, int]] = field(default_factory=list)
+    started: list[tuple[Read | None, int]]
     stops: list[int] = field(default_factory=list)
     settled: Settled | None = None
 
@@ -86,47 +94,76 @@ class Pool:
 
     groups: list[ThreadGroup]
     problems: list[str]
+    calling: bool = False
+    """One calling thread's own group: on a CPU whenever it starts a window."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     """Held by the run being counted."""
     _settling: threading.Lock = field(default_factory=threading.Lock)
-    _unsettled: Share | None = None
+    """Held by whoever takes a run's records: the worker, or (dense events) the pool's next
+    profiled run."""
+    _unsettled: deque[Share] = field(default_factory=lambda: deque(maxlen=_UNSETTLED))
+    """Runs ended and not yet settled, the oldest dropped past ``_UNSETTLED`` (runs whose
+    conversion never came: ORT raised, or the worker had no room): ``close`` settles them
+    before the groups go. A request thread adds to it without a lock (a deque's append is
+    one step); removing takes ``_settling``."""
+
+    def window(self, stamp: int, skip: int | None = None) -> Share:
+        """Request thread, software events only: a run's window starts at ``stamp`` on each
+        group but ``skip``'s (counted by the calling thread's own pool). Nothing to switch."""
+        groups = self.groups if skip is None else [g for g in self.groups if g.tid != skip]
+        return Share(self, groups, [(None, stamp)] * len(groups))
+
+    def ended(self, share: Share, stamp: int) -> None:
+        """Request thread, software events only: ``share``'s window ends at ``stamp``."""
+        share.stops = [stamp] * len(share.groups)
+        self._unsettled.append(share)
 
     def start(self, skip: int | None = None) -> Share:
-        """Request thread (holding ``lock``, for a session's pool): begin a run's counting;
-        first settle the previous run's if the worker has not yet (back-to-back profiled runs
-        of one session: then this run reads the pool, as the worker would)."""
-        self.settle()
-        share = Share(self, [group for group in self.groups if group.tid != skip], None)
+        """Request thread (holding ``lock``, for a session's pool), with dense events: a
+        run's window starts on each group but ``skip``'s, switching its dense group on once
+        the previous run's dense records and values are taken (back-to-back profiled runs of
+        one session: then this run takes them, as the worker would)."""
+        groups = self.groups if skip is None else [g for g in self.groups if g.tid != skip]
+        self.settle_all()
+        share = Share(self, groups, [])
         try:
-            for group in share.groups:
+            for group in groups:
                 before = group.frozen or group.read()
-                group.frozen = None  # its rings are empty: each stop is taken before a start
-                share.started.append((before, group.enable()))
+                group.frozen = None  # its dense ring is empty: each stop is taken before a start
+                share.started.append((before, group.start()))
         except BaseException:
-            _disable(share.groups)
+            _disable(groups)
             raise
         return share
 
     def stop(self, share: Share) -> None:
-        """Request thread: end ``share``'s counting (what it counted is settled later)."""
+        """Request thread, with dense events: the window ends, the dense groups are switched
+        off (what it counted is settled later)."""
         try:
-            share.stops = [group.disable() for group in share.groups]
+            share.stops = [group.stop() for group in share.groups]
         except BaseException:  # no group may be left counting
             _disable(share.groups)
             raise
-        with self._settling:
-            self._unsettled = share
+        self._unsettled.append(share)
 
-    def settle(self) -> None:
-        """Take the last stopped run's reads and ring bytes, unless that was done already;
-        what cannot be read becomes one of its problems."""
+    def settle(self, share: Share) -> None:
+        """Take ``share``'s ring bytes (and dense reads), unless that was done already; what
+        cannot be read becomes one of its problems."""
         with self._settling:
-            share, self._unsettled = self._unsettled, None
-            if share is not None:
+            if share.settled is None:
                 try:
                     share.settled = self._take(share)
                 except Exception as exc:
                     share.settled = ((), (f"the run's counts could not be read: {exc!r}",))
+                with contextlib.suppress(ValueError):  # not ended (an error path): not listed
+                    self._unsettled.remove(share)
+
+    def settle_all(self) -> None:
+        """Settle every run ended and not settled yet."""
+        with self._settling:
+            waiting = list(self._unsettled)
+        for share in waiting:
+            self.settle(share)
 
     def _take(self, share: Share) -> Settled:
         threads, problems = [], []
@@ -134,25 +171,44 @@ class Pool:
             try:
                 (before, start), stop = share.started[index], share.stops[index]
                 group.frozen = after = group.read()  # it holds until enabled again
-                taken = group.take()
+                # before the take: a switch after this shows in its records, which then say
+                running = self.calling or (group.never_switched() and group.mostly_on_cpu())
+                taken, incomplete = [], set()
+                for ring in group.take():
+                    kept, short = _for_window(ring, (start, stop))
+                    taken.append(kept)
+                    if short:
+                        incomplete.add(ring.holds)
+                        problems.append(
+                            f"thread {group.tid}: the ring buffer of its {ring.holds} records "
+                            f"{_LOSS[ring.since_open is None]}: what depends on them is not "
+                            "given per node or in the run's totals"
+                        )
             except (OSError, ValueError) as exc:  # closed meanwhile (shutdown gave up waiting)
                 problems.append(f"thread {group.tid} not counted: {exc}")
                 continue
-            if group.tid != share.skip:
-                threads.append(
-                    ThreadRaw(
-                        group.tid, (start, stop), before, after, taken, group.ids, group.dense_id
-                    )
+            threads.append(
+                ThreadRaw(
+                    group.tid,
+                    (start, stop),
+                    before,
+                    after,
+                    tuple(taken),
+                    frozenset(incomplete),
+                    group.ids,
+                    group.dense_id,
+                    running,
                 )
+            )
         return tuple(threads), tuple(problems)
 
     def close(self, *, forked_child: bool = False) -> None:
-        """Settle the last run and close the groups, once no run uses them (in a forked child:
-        at once, unsettled and without the lock, which a parent's thread may have held at the
-        fork)."""
+        """Settle the runs not settled yet and close the groups, once no run uses them (in a
+        forked child: at once, unsettled and without the lock, which a parent's thread may
+        have held at the fork)."""
         with contextlib.nullcontext() if forked_child else self.lock:
             if not forked_child:
-                self.settle()
+                self.settle_all()
             for group in self.groups:
                 group.close(forked_child=forked_child)
             self.groups = []
@@ -166,7 +222,7 @@ class Counting:
     pooled: Share
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RawRun:
     """A counted run, as the request thread leaves it: settled when the worker needs it."""
 
@@ -182,7 +238,7 @@ class RawRun:
         problems = list(self.problems)
         for share in self.shares:
             if share.settled is None:
-                share.pool.settle()
+                share.pool.settle(share)
             settled, lost = share.settled or ((), ("a thread's counts were not settled",))
             threads += settled
             problems += lost
@@ -203,6 +259,10 @@ class RunCounts:
     counts are for the moved windows."""
 
 
+_LOSS = {
+    True: "filled up and later ones were dropped",
+    False: "no longer held the start of the run (newer records took its place)",
+}
 _SHORTAGES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.EBUSY})
 """Errors of perf_event_open (or its ring buffer's mmap) that say nothing of the machine."""
 
@@ -229,6 +289,8 @@ class PerfCounters:
         self._groups_lock = threading.Lock()
         self._running: set[int] = set()
         """Threads in a counted run: ``close`` leaves their groups to it (closed once freed)."""
+        self._switched = False
+        """Dense events are counted: each profiled run switches them on and off."""
 
     # -- worker ---------------------------------------------------------------------------
 
@@ -244,6 +306,7 @@ class PerfCounters:
             self._plan = probe.make_plan(
                 self._selection.events, self._selection.unavailable, self._period_ns
             )
+            self._switched = any(spec.kind == "dense" for spec in self._plan.members)
         except (probe.PerfUnavailable, OSError) as exc:
             cause = exc.__cause__ if isinstance(exc, probe.PerfUnavailable) else exc
             self._may_pass = getattr(cause, "errno", None) in _SHORTAGES
@@ -283,41 +346,31 @@ class PerfCounters:
         runs, throttled, problems = [], 0, list(lost)
         for thread in threads:
             records = ThreadRecords()
-            incomplete = set()
             for taken in thread.taken:
-                parse(taken.data, thread.dense_id, records)
-                if taken.filled:
-                    incomplete.add(taken.holds)
-                    exact = (  # context switches are counted from their records
-                        "the run's totals are exact, but for context-switches"
-                        if taken.holds == "switches"
-                        else "the run's totals are exact"
-                    )
-                    problems.append(
-                        f"thread {thread.tid}: the ring buffer of its {taken.holds} records "
-                        "filled up and later ones were dropped: what depends on them is not "
-                        f"given per node ({exact})"
-                    )
-            throttled += records.throttled
-            (before, dense_before), (after, dense_after) = thread.before, thread.after
+                if taken.since_open is None:
+                    parse(taken.data, thread.dense_id, records)
+                else:
+                    parse_recent(taken.data, thread.window, records)
+            throttled += sum(
+                thread.window[0] <= moment <= thread.window[1] for moment in records.throttles
+            )
             runs.append(
                 ThreadRun(
                     thread.tid,
                     thread.window,
-                    before,
-                    after,
-                    dense_before,
-                    dense_after,
+                    thread.before,
+                    thread.after,
                     records,
                     thread.ids,
-                    frozenset(incomplete),
+                    thread.incomplete,
+                    thread.running,
                 )
             )
         calling = next((run for run in runs if run.tid == raw.calling_tid), None)
         late = 0
         pairs = window_array(windows)
         if calling is not None:
-            late = late_start(calling, calling.ids[self._time_alias], pairs)
+            late = late_start(calling, pairs)
             pairs = pairs + late
         attribution = attribute(runs, pairs, Counted(kinds, self._time_alias))
         return RunCounts(attribution, plan.period_ns, len(runs), throttled, tuple(problems), late)
@@ -345,14 +398,20 @@ class PerfCounters:
     # -- request thread -------------------------------------------------------------------
 
     def begin(self, pool: Pool) -> Counting | str:
-        """Start counting this thread and ``pool`` (waiting for the pool's previous run to
-        end); or say why this run is not counted (perf never makes a run fail)."""
+        """A run's window starts on this thread and ``pool``; with dense events, waiting for
+        the pool's previous profiled run to end. Or say why this run is not counted (perf
+        never makes a run fail)."""
         if self._plan is None:
             return self.unavailable or "perf counters are not ready yet"
         try:
             own = self._calling_pool()
         except OSError as exc:
             return f"this thread is not counted: {probe.event_problem('perf events', exc)}"
+        tid = own.groups[0].tid
+        if not self._switched:  # software events only: the window's time is all it takes
+            stamp = time.time_ns()
+            self._running.add(tid)
+            return Counting(own.window(stamp), pool.window(stamp, skip=tid))
         pool.lock.acquire()
         try:
             pooled = pool.start(skip=own.groups[0].tid)
@@ -371,10 +430,17 @@ class PerfCounters:
             raise
 
     def end(self, counting: Counting, *, caller_runs_nodes: bool) -> RawRun | str:
-        """Stop counting; what the worker needs, or why nothing can be used. Releases the
-        pool. ``caller_runs_nodes``: the calling thread entered each node (sequential
+        """The window ends; what the worker needs, or why nothing can be used. Releases the
+        pool (dense events). ``caller_runs_nodes``: the calling thread entered each node (sequential
         execution), so its switch records can place the run in time (``late_start``)."""
         own, pooled = counting.own, counting.pooled
+        if not self._switched:
+            stamp = time.time_ns()
+            own.pool.ended(own, stamp)
+            pooled.pool.ended(pooled, stamp)
+            self._running.discard(own.groups[0].tid)
+            calling = threading.get_native_id() if caller_runs_nodes else None
+            return RawRun((own, pooled), tuple(pooled.pool.problems), calling)
         try:
             try:
                 own.pool.stop(own)  # the first, nearest to the run
@@ -391,13 +457,13 @@ class PerfCounters:
     # -- groups ---------------------------------------------------------------------------
 
     def _calling_pool(self) -> Pool:
-        """This thread's own pool: its group, switched on for its profiled runs."""
+        """This thread's own pool: its group, counting from its first profiled run on."""
         pool: Pool | None = getattr(self._calling, "pool", None)
         if pool is None:
             group = self._group(threading.get_native_id())
             with self._groups_lock:
                 self._groups.add(group)
-            pool = self._calling.pool = Pool([group], [])
+            pool = self._calling.pool = Pool([group], [], calling=True)
         return pool
 
     def _group(self, tid: int) -> ThreadGroup:
@@ -432,12 +498,22 @@ class PerfCounters:
         self.close(forked_child=True)
 
 
+def _for_window(taken: Taken, window: tuple[int, int]) -> tuple[Taken, bool]:
+    """``taken`` cut to what ``window`` needs (a flight ring's), and whether some of that is
+    missing (a dense ring that filled up; a flight ring whose records no longer reach back
+    before the window's start)."""
+    if taken.since_open is None:
+        return taken, taken.filled
+    data, reached = trim_recent(taken.data, window)
+    return replace(taken, data=data), not (reached or taken.since_open)
+
+
 def _disable(groups: Iterable[ThreadGroup]) -> None:
     """Switch ``groups`` off and empty their rings, on an error path (no run takes what they
     recorded): each one, whatever the others do."""
     for group in groups:
         with contextlib.suppress(OSError):
-            group.disable()
+            group.stop()
             group.discard()
 
 

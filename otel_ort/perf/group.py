@@ -1,16 +1,20 @@
-"""One thread's perf events: a software group and, for dense counters, a sampled group.
+"""One thread's perf events: a software group, always counting, and for dense counters a
+sampled group switched on for profiled runs.
 
 - The software group is led by task-clock, which only counts and writes a record at every
   context switch of the thread (``context_switch``). Its sparse members (faults, migrations)
   sample every occurrence (period 1), each into its own ring, so that a burst of faults cannot
-  crowd out the switch records. Software events are never multiplexed: this group always runs.
+  crowd out the switch records. Software events are never multiplexed. The group counts from
+  the moment it is opened, into flight rings (``kernel.FlightRing``) that always hold the
+  latest records: a profiled run takes the records of its window afterwards, so no thread
+  switches anything on or off (another thread's switch costs an interrupt to its CPU).
 - The dense group (only when dense events are counted) is led by cpu-clock sampling every
   ``period`` ns of CPU time with the group's values (``SAMPLE_READ``); its members are the
-  hardware, raw and PMU counters. The kernel schedules it all-or-nothing and may multiplex it
-  with other users of the PMU, which its time enabled / time running then show.
+  hardware, raw and PMU counters. Its samples would cost every run, so it is switched on for
+  profiled runs only. The kernel schedules it all-or-nothing and may multiplex it with other
+  users of the PMU, which its time enabled / time running then show.
 
-Members are created enabled and follow their leader: only leaders are toggled (the kernel quirk
-in ``probe.py`` is why the group-wide toggle is not used).
+Members are created enabled and follow their leader: only the dense leader is toggled.
 """
 
 from __future__ import annotations
@@ -36,12 +40,16 @@ SWITCH_PAGES = 16
 
 @dataclass(frozen=True, slots=True)
 class Taken:
-    """What one ring held after a run: its bytes, whether it filled up (the kernel then
-    dropped what came after), and what it records: ``switches``, ``dense`` or a sparse alias."""
+    """What one ring held after a run: its bytes and what it records (``switches``,
+    ``dense`` or a sparse alias)."""
 
     data: bytes
-    filled: bool
     holds: str
+    filled: bool = False
+    """A dense ring filled up: the kernel dropped what came after."""
+    since_open: bool | None = None
+    """A flight ring's records (the newest first): whether they are every record since its
+    event was opened; ``None`` for a dense ring's."""
 
 
 class ThreadGroup:
@@ -58,6 +66,7 @@ class ThreadGroup:
         pages: int,
     ) -> None:
         self.tid = tid
+        self._time_alias = time_alias
         self._lock = threading.Lock()
         """Held by each use of the fds and rings, and by ``close``: a group closed by another
         thread (at shutdown) fails the use cleanly, not on fds reused or memory unmapped."""
@@ -69,23 +78,30 @@ class ThreadGroup:
         self._flags = _FLAGS | (kernel.EXCLUDE_KERNEL if exclude_kernel else 0)
         self.dense_leader: int | None = None
         self.dense_id: int | None = None
-        self.frozen: tuple[Read, Read | None] | None = None
-        """Its values read after it was last disabled: they hold until it is enabled again
-        (saves a read at the next run's start)."""
+        self.frozen: Read | None = None
+        """The dense group's values read after it was last disabled: they hold until it is
+        enabled again (saves a read at the next run's start)."""
         try:
             task_clock = EventSpec(
                 time_alias, time_alias, kernel.TYPE_SOFTWARE, kernel.SW_TASK_CLOCK
             )
-            self.leader = self._open(task_clock, -1, kernel.DISABLED | kernel.CONTEXT_SWITCH)
-            self._ring(self.leader, min(pages, SWITCH_PAGES), "switches")
+            flight = kernel.WRITE_BACKWARD
+            self.leader = self._open(
+                task_clock, -1, kernel.DISABLED | flight | kernel.CONTEXT_SWITCH
+            )
+            self._switches = kernel.FlightRing(self.leader, min(pages, SWITCH_PAGES))
+            self._rings.append((self._switches, "switches"))
             self.ids = {time_alias: kernel.event_id(self.leader)}
-            self.members = 1
+            self._software = 1
             for spec in members:
                 if spec.kind == "sparse":
-                    fd = self._open(spec, self.leader, sample_period=1)
-                    self._ring(fd, pages, spec.alias)
+                    fd = self._open(spec, self.leader, flight, sample_period=1)
+                    self._rings.append((kernel.FlightRing(fd, pages), spec.alias))
                     self.ids[spec.alias] = kernel.event_id(fd)
-                    self.members += 1
+                    self._software += 1
+            # enabled once whole: members added to a running group would count only from the
+            # thread's next switch
+            kernel.ioctl(self.leader, kernel.IOC_ENABLE)
             dense = [spec for spec in members if spec.kind == "dense"]
             if dense:
                 self._open_dense(dense, period_ns, pages)
@@ -100,7 +116,7 @@ class ThreadGroup:
         )
         self.dense_leader = leader
         self.dense_id = kernel.event_id(leader)
-        self._ring(leader, pages, "dense")
+        self._rings.append((kernel.Ring(leader, pages), "dense"))
         self.dense_members = 1
         if leader_spec is not _CPU_CLOCK:
             self.ids[leader_spec.alias] = self.dense_id
@@ -126,53 +142,73 @@ class ThreadGroup:
         self._fds.append(fd)
         return fd
 
-    def _ring(self, fd: int, pages: int, holds: str) -> None:
-        self._rings.append((kernel.Ring(fd, pages), holds))
-
-    def read(self) -> tuple[Read, Read | None]:
-        """The software group's values, and the dense group's."""
+    def read(self) -> Read | None:
+        """The dense group's values (``None`` without dense events: nothing to read)."""
+        if self.dense_leader is None:
+            return None
         with self._lock:
             self._check_open()
-            software = Read(*kernel.read_group(self.leader, self.members))
-            if self.dense_leader is None:
-                return software, None
-            return software, Read(*kernel.read_group(self.dense_leader, self.dense_members))
+            return Read(*kernel.read_group(self.dense_leader, self.dense_members))
 
-    def enable(self) -> int:
-        """Start counting; when (ns, CLOCK_REALTIME). Another thread's group is stamped
-        before the switch, as ``disable`` does: the ioctl's return may wait for the GIL
-        (milliseconds, under load) while that thread runs on, counted. The calling thread's
-        own group is stamped after it: that thread counts nothing until then."""
+    def start(self) -> int:
+        """A counted window starts: when (ns, CLOCK_REALTIME); the dense group starts
+        counting. Another thread's dense group is stamped before its switch, as ``stop``
+        does: the ioctl's return may wait for the GIL (milliseconds, under load) while that
+        thread runs on, counted. The calling thread's own is stamped after it: that thread
+        counts nothing until then."""
         stamp = self._switch(kernel.IOC_ENABLE)
         return time.time_ns() if self.tid == threading.get_native_id() else stamp
 
-    def disable(self) -> int:
-        """Stop counting; when."""
+    def stop(self) -> int:
+        """The window ends: when; the dense group stops counting."""
         return self._switch(kernel.IOC_DISABLE)
 
     def _switch(self, request: int) -> int:
-        """Enable or disable both leaders (``request``); when, just before."""
-        with self._lock:
-            self._check_open()
-            stamp = time.time_ns()
-            kernel.ioctl(self.leader, request)
-            if self.dense_leader is not None:
+        """Enable or disable the dense leader (``request``), if any; when, just before."""
+        stamp = time.time_ns()
+        if self.dense_leader is None:
+            self._check_open()  # a window of closed events would count nothing
+        else:
+            with self._lock:
+                self._check_open()
                 kernel.ioctl(self.dense_leader, request)
         return stamp
 
-    def take(self) -> tuple[Taken, ...]:
-        """What each ring recorded since the last call (the only reader: the kernel keeps
-        writing behind it while the group is enabled)."""
+    def never_switched(self) -> bool:
+        """The thread has not switched in or out since its events were opened."""
         with self._lock:
             self._check_open()
-            return tuple(Taken(ring.take(), ring.filled, holds) for ring, holds in self._rings)
+            return self._switches.empty()
+
+    def mostly_on_cpu(self) -> bool:
+        """Whether the thread was on a CPU for most of the time since its events were opened
+        (its task-clock against the time enabled): for a thread that never switched, on a CPU
+        throughout or never. A read of another thread's events may interrupt its CPU: the
+        worker's cost, not a run's."""
+        with self._lock:
+            self._check_open()
+            enabled, _, values = kernel.read_group(self.leader, self._software)
+        return 2 * values.get(self.ids[self._time_alias], 0) > enabled
+
+    def take(self) -> tuple[Taken, ...]:
+        """What each ring holds: a flight ring's latest records (taking nothing from it), a
+        dense ring's records since the last call (freed: the only reader)."""
+        with self._lock:
+            self._check_open()
+            return tuple(
+                Taken(ring.take(), holds, filled=ring.filled)
+                if isinstance(ring, kernel.Ring)
+                else Taken((recent := ring.recent()).data, holds, since_open=recent.since_open)
+                for ring, holds in self._rings
+            )
 
     def discard(self) -> None:
-        """Free what the rings hold without copying it."""
+        """Free what the dense ring holds without copying it."""
         with self._lock:
             self._check_open()
             for ring, _ in self._rings:
-                ring.discard()
+                if isinstance(ring, kernel.Ring):
+                    ring.discard()
 
     def _check_open(self) -> None:
         if not self._fds:
@@ -190,7 +226,7 @@ class _Owned:
     """A group's fds and mappings (apart, so that a finalizer can close them)."""
 
     fds: list[int] = field(default_factory=list)
-    rings: list[tuple[kernel.Ring, str]] = field(default_factory=list)
+    rings: list[tuple[kernel.Ring | kernel.FlightRing, str]] = field(default_factory=list)
 
     def close(self) -> None:
         for ring, _ in self.rings:

@@ -1,7 +1,8 @@
 """The Linux perf_event_open interface through cffi (ABI mode): attributes, fds, ring buffers.
 
 Only what otel-ort uses: per-thread events (``pid`` = a thread id, ``cpu`` = -1), groups led by
-one event, a ring buffer for each sampling event, group reads. Layouts and
+one event, a ring buffer for each sampling event (read and freed, or overwritten by the kernel
+and only read), group reads. Layouts and
 numbers are those of ``linux/perf_event.h`` (stable kernel ABI); see FACTS.md.
 """
 
@@ -47,6 +48,7 @@ EXCLUDE_HV = 1 << 6
 SAMPLE_ID_ALL = 1 << 18
 USE_CLOCKID = 1 << 25
 CONTEXT_SWITCH = 1 << 26
+WRITE_BACKWARD = 1 << 27
 
 # sample_type bits
 SAMPLE_TID = 1 << 1
@@ -165,19 +167,16 @@ def unpack_group(data: bytes, offset: int) -> tuple[int, int, dict[int, int]]:
     return enabled, running, {values[i + 1]: values[i] for i in range(0, 2 * nr, 2)}
 
 
-class Ring:
-    """A perf ring buffer: ``1 + pages`` pages mapped from a leader's fd.
+class _Mapping:
+    """``1 + pages`` pages of a leader's ring buffer, mapped with libc's ``mmap``, not Python's:
+    the kernel does not copy a perf mapping into a forked child, so there its address range
+    may hold the child's own memory by the time the ring is closed, and Python's ``mmap`` would
+    unmap that (a crash). Only the process that mapped a ring unmaps it."""
 
-    Mapped with libc's ``mmap``, not Python's: the kernel does not copy a perf mapping into a
-    forked child, so there its address range may hold the child's own memory by the time the
-    ring is closed, and Python's ``mmap`` would unmap that (a crash). Only the process that
-    mapped a ring unmaps it."""
-
-    def __init__(self, fd: int, pages: int) -> None:
+    def __init__(self, fd: int, pages: int, prot: int) -> None:
         self._page = mmap.PAGESIZE
         self._length = (1 + pages) * self._page
-        prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED
-        address = _libc.mmap(ffi.NULL, self._length, prot, flags, fd, 0)
+        address = _libc.mmap(ffi.NULL, self._length, prot, mmap.MAP_SHARED, fd, 0)
         if address == ffi.cast("void *", -1):  # MAP_FAILED
             code = ffi.errno
             raise RingError(code, os.strerror(code))
@@ -185,33 +184,18 @@ class Ring:
         self._pid = os.getpid()
         self._map = ffi.buffer(address, self._length)
         self.size = pages * self._page
-        self.filled = False
-        """The last ``take`` found the ring (nearly) full: records after that were dropped."""
 
-    def take(self) -> bytes:
-        """The records written since the last call, and free them (the only reader: the kernel
-        publishes a record's place only once it is whole, and never overwrites unread ones)."""
-        self._check_open()
-        head, tail = struct.unpack_from("QQ", self._map, _DATA_HEAD)
-        self.filled = head - tail > self.size - _MAX_RECORD
+    def _data(self, position: int, length: int) -> bytes:
+        """``length`` bytes of the data area from ``position`` (any offset: it wraps)."""
         offset = struct.unpack_from("Q", self._map, _DATA_OFFSET)[0] or self._page
-        start, end = offset + tail % self.size, offset + head % self.size
+        start = offset + position % self.size
         data: bytes
-        if head - tail >= self.size:  # the kernel does not overwrite: a full ring wraps exactly
-            data = self._map[start : offset + self.size] + self._map[offset:start]
-        elif end >= start:
-            data = self._map[start:end]
+        if start + length <= offset + self.size:
+            data = self._map[start : start + length]
         else:
-            data = self._map[start : offset + self.size] + self._map[offset:end]
-        struct.pack_into("Q", self._map, _DATA_TAIL, head)
+            wrapped = start + length - self.size
+            data = self._map[start : offset + self.size] + self._map[offset:wrapped]
         return data
-
-    def discard(self) -> None:
-        """Free the records written so far, unread."""
-        self._check_open()
-        head = struct.unpack_from("Q", self._map, _DATA_HEAD)[0]
-        struct.pack_into("Q", self._map, _DATA_TAIL, head)
-        self.filled = False
 
     def close(self) -> None:
         if self._address is None:
@@ -223,3 +207,67 @@ class Ring:
     def _check_open(self) -> None:
         if self._address is None:
             raise ValueError("the perf ring buffer is closed")
+
+
+class Ring(_Mapping):
+    """A ring the kernel fills and otel-ort empties (mapped writable: the kernel never
+    overwrites what was not read, and drops what does not fit)."""
+
+    def __init__(self, fd: int, pages: int) -> None:
+        super().__init__(fd, pages, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.filled = False
+        """The last ``take`` found the ring (nearly) full: records after that were dropped."""
+
+    def take(self) -> bytes:
+        """The records written since the last call, and free them (the only reader: the kernel
+        publishes a record's place only once it is whole, and never overwrites unread ones)."""
+        self._check_open()
+        head, tail = struct.unpack_from("QQ", self._map, _DATA_HEAD)
+        self.filled = head - tail > self.size - _MAX_RECORD
+        data = self._data(tail, min(head - tail, self.size))
+        struct.pack_into("Q", self._map, _DATA_TAIL, head)
+        return data
+
+    def discard(self) -> None:
+        """Free the records written so far, unread."""
+        self._check_open()
+        head = struct.unpack_from("Q", self._map, _DATA_HEAD)[0]
+        struct.pack_into("Q", self._map, _DATA_TAIL, head)
+        self.filled = False
+
+
+@dataclass(frozen=True, slots=True)
+class Recent:
+    """What a flight ring held: whole records, the newest first."""
+
+    data: bytes
+    since_open: bool
+    """They are every record since the event was opened (none was overwritten yet)."""
+
+
+class FlightRing(_Mapping):
+    """A ring the kernel overwrites, the oldest record first (``write_backward``, mapped
+    read-only): it always holds the latest records, and reading it takes nothing from it, so
+    nobody has to switch it on, off or empty it."""
+
+    def __init__(self, fd: int, pages: int) -> None:
+        super().__init__(fd, pages, mmap.PROT_READ)
+
+    def empty(self) -> bool:
+        """Nothing was ever written to it."""
+        self._check_open()
+        head: int = struct.unpack_from("Q", self._map, _DATA_HEAD)[0]
+        return head == 0
+
+    def recent(self) -> Recent:
+        """The records it holds now. The kernel writes on meanwhile, each new record over the
+        oldest: the bytes it wrote while they were copied are cut off the old end, and so is
+        room for one more record, which it may be writing there before it moves the head."""
+        self._check_open()
+        head = struct.unpack_from("Q", self._map, _DATA_HEAD)[0]
+        written = -head % (1 << 64)  # the head moves down from 0
+        data = self._data(head, min(written, self.size))
+        moved = (head - struct.unpack_from("Q", self._map, _DATA_HEAD)[0]) % (1 << 64)
+        if written + moved + _MAX_RECORD <= self.size:  # nothing old was written over
+            return Recent(data[:written], True)
+        return Recent(data[: max(0, min(written, self.size - moved - _MAX_RECORD))], False)

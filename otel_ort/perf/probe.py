@@ -3,15 +3,12 @@
 - whether perf_event_open works at all, and whether kernel-mode counting is allowed
   (``kernel.perf_event_paranoid`` >= 2 without CAP_PERFMON needs ``exclude_kernel``);
 - which requested events open, and why not for the others;
-- the kernel quirk seen on these VMs (FACTS.md): after a disable/enable cycle, do members still
-  count when the leader alone is toggled?
 - the cost of one leader sample, from which the default sampling period is chosen.
 """
 
 from __future__ import annotations
 
 import errno
-import mmap
 import threading
 import time
 from dataclasses import dataclass
@@ -81,7 +78,6 @@ def make_plan(
             problems.append(Unavailable(spec.name, spec.alias, problem))
         else:
             members.append(spec)
-    _check_leader_toggle(tid, exclude_kernel)
     sampled = any(spec.kind == "dense" for spec in members)
     cost = _sample_cost_ns(tid, exclude_kernel) if sampled and period_ns is None else None
     if not sampled:
@@ -157,36 +153,6 @@ def _needs_exclude_kernel(tid: int) -> bool:
     raise AssertionError("unreachable")
 
 
-def _check_leader_toggle(tid: int, exclude_kernel: bool) -> None:
-    """Members must count again after the leader is disabled and re-enabled."""
-    faults = EventSpec("page-faults", "page-faults", kernel.TYPE_SOFTWARE, 2, kind="sparse")
-    group = ThreadGroup(
-        tid, "probe", (faults,), period_ns=0, exclude_kernel=exclude_kernel, pages=1
-    )
-    try:
-        deltas = []
-        for _ in range(2):
-            before = group.read()[0].values[group.ids["page-faults"]]
-            group.enable()
-            _touch_pages()
-            group.disable()
-            group.take()
-            deltas.append(group.read()[0].values[group.ids["page-faults"]] - before)
-    finally:
-        group.close()
-    if deltas[1] <= 0:
-        raise PerfUnavailable(
-            "kernel quirk: a group's members stopped counting after its leader was disabled "
-            f"and enabled again (page faults per cycle: {deltas}); counters would read 0"
-        )
-
-
-def _touch_pages() -> None:
-    with mmap.mmap(-1, 64 * mmap.PAGESIZE) as memory:
-        for offset in range(0, len(memory), mmap.PAGESIZE):
-            memory[offset] = 1
-
-
 def _sample_cost_ns(tid: int, exclude_kernel: bool) -> float:
     """CPU time one dense sample costs this thread: the same busy loop without and with a
     sample every 100 µs, the fastest of three each."""
@@ -199,9 +165,9 @@ def _sample_cost_ns(tid: int, exclude_kernel: bool) -> float:
     try:
         sampled, samples = [], []
         for _ in range(3):
-            group.enable()
+            group.start()
             sampled.append(_busy_ns())
-            group.disable()
+            group.stop()
             records = ThreadRecords()
             for taken in group.take():
                 parse(taken.data, group.dense_id, records)

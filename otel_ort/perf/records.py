@@ -10,13 +10,19 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from otel_ort.perf.kernel import unpack_group
 
 _SAMPLE, _SWITCH, _THROTTLE = 9, 14, 5
+_PLAIN = np.dtype(  # a switch record or a sparse sample: the only records of 32 bytes
+    [("type", "<u4"), ("misc", "<u2"), ("size", "<u2"), ("a", "<u8"), ("b", "<u8"), ("c", "<u8")]
+)
 _MISC_SWITCH_OUT = 1 << 13
 _HEADER = struct.Struct("IHH")
 _SAMPLE_HEAD = struct.Struct("QIIQ")  # identifier, pid, tid, time
 _TRAILER = struct.Struct("IIQQ")  # pid, tid, time, identifier
+_THROTTLE_TIME = struct.Struct("Q")
 
 
 @dataclass(slots=True)
@@ -36,8 +42,13 @@ class ThreadRecords:
     events: dict[int, list[int]] = field(default_factory=dict)
     """Sample times of the sparse events (period 1), by event id."""
     group_samples: list[GroupSample] = field(default_factory=list)
-    throttled: int = 0
-    """Times the kernel withheld samples until its next tick (counts stay exact)."""
+    throttles: list[int] = field(default_factory=list)
+    """When the kernel withheld samples until its next tick (counts stay exact)."""
+
+    @property
+    def throttled(self) -> int:
+        """How many times the kernel withheld samples."""
+        return len(self.throttles)
 
 
 def parse(data: bytes, dense_id: int | None, out: ThreadRecords | None = None) -> ThreadRecords:
@@ -62,10 +73,79 @@ def parse(data: bytes, dense_id: int | None, out: ThreadRecords | None = None) -
             time = _TRAILER.unpack_from(data, position + size - _TRAILER.size)[2]
             out.switches.append((time, bool(misc & _MISC_SWITCH_OUT)))
         elif kind == _THROTTLE:
-            out.throttled += 1
+            out.throttles.append(_THROTTLE_TIME.unpack_from(data, body)[0])
         position += size
     return out
 
 
 def _group_sample(data: bytes, offset: int, time: int) -> GroupSample:
     return GroupSample(time, *unpack_group(data, offset))
+
+
+def parse_recent(data: bytes, window: tuple[int, int], out: ThreadRecords) -> bool:
+    """The records of a flight ring (``data`` newest first) that ``window`` needs, added to
+    ``out``: those inside it, and the last switch record before it (which says whether the
+    thread was on a CPU when the window began); not the later ones, which may be many by the
+    time the ring is read. Whether the records reach back before the window's start (else
+    older ones were overwritten, or never were)."""
+    since, until = window
+    count = len(data) // _PLAIN.itemsize
+    records = np.frombuffer(data, _PLAIN, count)
+    kinds = records["type"]
+    if (records["size"] != _PLAIN.itemsize).any() or not np.isin(kinds, (_SAMPLE, _SWITCH)).all():
+        older = ThreadRecords()  # another record among them (throttling): one at a time
+        parse(data, None, older)
+        return _keep(older, window, out)
+    switch = kinds == _SWITCH
+    # a switch record ends with pid/tid, time, id; a sample is id, pid/tid, time
+    times = np.where(switch, records["b"], records["c"]).astype(np.int64)
+    reached = bool(count) and int(times.min()) < since
+    before = np.flatnonzero(switch & (times < since))
+    keep = (times >= since) & (times <= until)
+    if len(before):
+        keep[before[0]] = True  # the newest switch before the window
+    out.switches.extend(
+        zip(
+            times[keep & switch].tolist(),
+            (records["misc"][keep & switch] & _MISC_SWITCH_OUT).astype(bool).tolist(),
+            strict=True,
+        )
+    )
+    sampled = keep & ~switch
+    for identifier in np.unique(records["a"][sampled]).tolist():
+        chosen = sampled & (records["a"] == identifier)
+        out.events.setdefault(identifier, []).extend(times[chosen].tolist())
+    return reached
+
+
+def _keep(records: ThreadRecords, window: tuple[int, int], out: ThreadRecords) -> bool:
+    """``parse_recent`` for records parsed one at a time."""
+    since, until = window
+    earlier = [switch for switch in records.switches if switch[0] < since]
+    out.switches.extend([max(earlier)] if earlier else [])
+    out.switches.extend(switch for switch in records.switches if since <= switch[0] <= until)
+    for identifier, times in records.events.items():
+        out.events.setdefault(identifier, []).extend(t for t in times if since <= t <= until)
+    out.throttles.extend(t for t in records.throttles if since <= t <= until)
+    oldest = [t for t, _ in records.switches] + [t for ts in records.events.values() for t in ts]
+    return bool(oldest) and min(oldest) < since
+
+
+def trim_recent(data: bytes, window: tuple[int, int]) -> tuple[bytes, bool]:
+    """The bytes of the records in ``data`` (a flight ring's, newest first) that
+    ``parse_recent`` keeps for ``window``, to hold until they are parsed (32 bytes each,
+    where parsed records would take several times that), and whether they reach back before
+    the window's start. With other records among them (throttling), all of ``data``."""
+    since, until = window
+    count = len(data) // _PLAIN.itemsize
+    records = np.frombuffer(data, _PLAIN, count)
+    kinds = records["type"]
+    if (records["size"] != _PLAIN.itemsize).any() or not np.isin(kinds, (_SAMPLE, _SWITCH)).all():
+        return data, parse_recent(data, window, ThreadRecords())
+    switch = kinds == _SWITCH
+    times = np.where(switch, records["b"], records["c"]).astype(np.int64)
+    before = np.flatnonzero(switch & (times < since))
+    keep = (times >= since) & (times <= until)
+    if len(before):
+        keep[before[0]] = True
+    return records[keep].tobytes(), bool(count) and int(times.min()) < since

@@ -183,7 +183,7 @@ def _keys(alias: str) -> tuple[str, str]:
 
 
 def run_attributes(counts: RunCounts, unavailable: Sequence[str]) -> dict[str, AttributeValue]:
-    """Run totals, what fell between nodes or could not be placed, and how it was counted."""
+    """Run totals, what fell between nodes, and how it was counted."""
     attribution = counts.attribution
     attributes: dict[str, AttributeValue] = {
         semconv.PERF_SAMPLE_PERIOD_NS: counts.period_ns,
@@ -192,10 +192,9 @@ def run_attributes(counts: RunCounts, unavailable: Sequence[str]) -> dict[str, A
     for prefix, values in (
         (semconv.PERF_PREFIX, attribution.totals),
         (semconv.PERF_BETWEEN_PREFIX, attribution.between),
-        (semconv.PERF_UNATTRIBUTED_PREFIX, attribution.unattributed),
     ):
         for alias, value in values.items():
-            if not math.isnan(value) and (value or prefix != semconv.PERF_UNATTRIBUTED_PREFIX):
+            if not math.isnan(value):
                 attributes[prefix + alias] = round(value)
     for alias, (enabled, running) in attribution.scaling.items():
         if running and enabled != running:

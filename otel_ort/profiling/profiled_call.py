@@ -70,7 +70,7 @@ def copy_run_options(run_options_class: type, caller: Any) -> Any:
     return options
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ProfiledRun:
     """What the worker needs of a profiled run (not its outputs: they are the caller's)."""
 

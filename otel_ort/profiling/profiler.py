@@ -57,7 +57,7 @@ from otel_ort.profiling.tally import Tally
 from otel_ort.profiling.worker import Worker
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made on the request thread (a frozen one's __init__ is slower)
 class _Checked:
     """What a selected run needs before its files and gate."""
 

@@ -37,7 +37,7 @@ BUSY_BACKOFF_S = 60.0
 unprofiled without waiting (``session_busy``) before one tries again."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made on the request thread (a frozen one's __init__ is slower)
 class Window:
     """A profiled run as it began: what was in flight, and whether it is the session's
     first (run alone)."""
@@ -180,7 +180,7 @@ class SessionRuns:
         """A profiled run begins; the session's first one once the runs in flight have
         ended, holding new runs back until ``end_profiled``. ``None``: they had not ended
         within ``timeout`` seconds (nothing is held back; the run is not to be profiled)."""
-        with self._changed:
+        with self._lock:  # the condition's lock: no Python-level __enter__
             while self.priming:  # another thread's first profiled run: after it
                 self._changed.wait()
             first = not self.primed
@@ -210,7 +210,7 @@ class SessionRuns:
         that raised may not have started the pool's profiler, so a first one that raised
         leaves the next one first); how many other runs of the session overlapped it (none
         for a first one: it runs alone)."""
-        with self._changed:
+        with self._lock:  # the condition's lock: no Python-level __enter__
             next(self._ends)  # this run
             if window.first:
                 self.primed = completed
