@@ -29,6 +29,9 @@ class Prerequisites:
         self.switch: RunProfilingSwitch | Unrecognized | None = None
         """The run-profiling switch, once found for good."""
         self.shut_down = False
+        self.found: tuple[RunProfilingSwitch, ProfileStore] | None = None
+        """The switch and the store once both are found, until profiling is shut down: what
+        a selected run's check reads (one attribute, on a path that runs on cold caches)."""
         self._unavailable = ""  # why profiling cannot work at all here, once known
         self._switch_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -43,7 +46,14 @@ class Prerequisites:
             if self.shut_down:
                 return False
             self.shut_down = True
+            self.found = None
             return True
+
+    def note_found(self, switch: RunProfilingSwitch, store: ProfileStore) -> None:
+        """Both were found: later checks read ``found`` (unless profiling was shut down)."""
+        with self._lock:
+            if not self.shut_down:
+                self.found = (switch, store)
 
     def ready_switch(self) -> RunProfilingSwitch | Unrecognized:
         """The run-profiling switch, found on the first selected run (again on a later one

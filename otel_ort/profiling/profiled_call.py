@@ -95,7 +95,7 @@ class ProfiledCall:
         window: Window,
         files: RunFiles,
         arguments: tuple[tuple[Any, ...], dict[str, Any]],
-        terminate: AbstractContextManager[Any],
+        terminate: AbstractContextManager[Any] | None,
         perf: tuple[PerfCounters, Pool, bool] | str | None,
     ) -> None:
         self.runs = runs
@@ -103,6 +103,7 @@ class ProfiledCall:
         self.files = files
         self.args, self.kwargs = arguments
         self._terminate = terminate
+        """Follows the caller's ``terminate`` (``None``: the caller gave no ``RunOptions``)."""
         self._perf = perf
         """(counters, the session's pool, sequential execution), or why not counted."""
         self._counting: Counting | str | None = None
@@ -113,8 +114,9 @@ class ProfiledCall:
     def begin(self) -> None:
         """Just before ORT's run: follow the caller's ``terminate``, start perf, read the
         clock (ORT's profile starts at ``ts`` 0 then)."""
-        self._terminate.__enter__()
-        self._following = True
+        if self._terminate is not None:
+            self._terminate.__enter__()
+            self._following = True
         perf = self._perf
         if isinstance(perf, tuple):
             counters, pool, _ = perf
@@ -152,6 +154,6 @@ class ProfiledCall:
                 return counters.end(counting, caller_runs_nodes=sequential)
             return None if isinstance(counting, Counting) else counting
         finally:
-            if self._following:
+            if self._following and self._terminate is not None:
                 self._following = False
                 self._terminate.__exit__(None, None, None)

@@ -149,13 +149,19 @@ class Profiler:
         """What a profiled run needs (the switch, the store, how the session runs, the
         caller's ``RunOptions``), or why it cannot be had."""
         prerequisites = self._prerequisites
-        unavailable = prerequisites.unavailable()
-        switch = prerequisites.ready_switch() if not unavailable else None
-        if isinstance(switch, Unrecognized):
-            return Skipped(semconv.SKIP_LAYOUT, switch.reason)
-        store = prerequisites.ready_store() if switch is not None else unavailable
-        if isinstance(store, str) or switch is None:
-            return Skipped(semconv.SKIP_UNAVAILABLE, str(store))
+        found = prerequisites.found
+        if found is not None:
+            switch, store = found
+        else:
+            unavailable = prerequisites.unavailable()
+            ready_switch = prerequisites.ready_switch() if not unavailable else None
+            if isinstance(ready_switch, Unrecognized):
+                return Skipped(semconv.SKIP_LAYOUT, ready_switch.reason)
+            ready_store = prerequisites.ready_store() if ready_switch is not None else unavailable
+            if isinstance(ready_store, str) or ready_switch is None:
+                return Skipped(semconv.SKIP_UNAVAILABLE, str(ready_store))
+            switch, store = ready_switch, ready_store
+            prerequisites.note_found(switch, store)
         caller = caller_run_options(method, args, kwargs)
         refusal = caller_refusal(method, caller)
         if refusal is not None:

@@ -81,14 +81,11 @@ _FOLLOWERS: dict[int, list[Any]] = {}
 """``id(RunOptions)`` → the copies of runs in flight with it (the caller holds it)."""
 
 
-_NOTHING_TO_FOLLOW = contextlib.nullcontext()
-
-
-def following_terminate(run_options: Any, copy: Any) -> AbstractContextManager[None]:
+def following_terminate(run_options: Any, copy: Any) -> AbstractContextManager[None] | None:
     """Until the block ends (when the run has returned), ``run_options.terminate`` set to True,
-    from any thread, sets it on ``copy`` too; ``run_options`` ``None``: nothing to follow (the
-    common case, on the request thread's path: no generator to make)."""
-    return _NOTHING_TO_FOLLOW if run_options is None else _following(run_options, copy)
+    from any thread, sets it on ``copy`` too; ``None`` when ``run_options`` is ``None``: nothing
+    to follow (the common case, on the request thread's path: no context manager to enter)."""
+    return None if run_options is None else _following(run_options, copy)
 
 
 @contextlib.contextmanager

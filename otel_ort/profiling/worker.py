@@ -50,7 +50,10 @@ class Worker:
 
     def _fresh_state(self) -> None:
         self._jobs: deque[Job] = deque()
-        self._condition = threading.Condition()
+        self._lock = threading.RLock()
+        """The condition's lock: the request thread's ``reserve`` and ``submit`` take it
+        directly (``Condition``'s own ``with`` adds Python calls to a path that runs cold)."""
+        self._condition = threading.Condition(self._lock)
         self._busy = False
         self._reserved_by: dict[int, int] = {}  # thread ident → places it reserved
         self._draining: set[int] = set()  # idents of the threads in drain()
@@ -63,7 +66,7 @@ class Worker:
     def reserve(self) -> bool:
         """Promise a place in the queue to a job submitted later with ``reserved=True``;
         ``False`` when full or stopping. Give an unused place back with ``release``."""
-        with self._condition:
+        with self._lock:
             if not self._has_room():
                 return False
             me = threading.get_ident()
@@ -99,7 +102,7 @@ class Worker:
     def submit(self, job: Job, reserved: bool = False) -> bool:
         """Queue ``job`` (into a reserved place, which is never refused); ``False`` when the
         queue is full or the worker is stopping, or when its thread cannot start."""
-        with self._condition:
+        with self._lock:
             if reserved:
                 self._unreserve()
             elif not self._has_room():
