@@ -171,21 +171,30 @@ class profile_next_run(ContextDecorator):
     task, or in a copy of its context made inside the block (``asyncio`` tasks,
     ``asyncio.to_thread``; an executor that does not copy the context does not see it).
 
-    ``with otel_ort.profile_next_run(): session.run(...)``, or as a decorator. Runs after the
-    first one inside the block are left to the sampler. A class rather than a generator: its
-    ``with`` costs a profiled run's caller a few microseconds less.
+    ``with otel_ort.profile_next_run(): session.run(...)``, or as a decorator of a plain
+    function (not of an ``async def``: its block would end before the coroutine runs). Runs
+    after the first one inside the block are left to the sampler. One object opens one block
+    at a time (``RuntimeError`` otherwise). A class rather than a generator: its ``with``
+    costs a profiled run's caller a few microseconds less.
     """
 
-    _token: Token[list[bool] | None]
+    _token: Token[list[bool] | None] | None = None
 
     def __enter__(self) -> None:
+        if self._token is not None:
+            raise RuntimeError(
+                "this profile_next_run() block is already open: use a new profile_next_run() "
+                "for each block"
+            )
         self._token = _FORCED.set([True])
 
     def __exit__(self, *exc_info: object) -> None:
-        _FORCED.reset(self._token)
+        token, self._token = self._token, None
+        if token is not None:
+            _FORCED.reset(token)
 
     def _recreate_cm(self) -> profile_next_run:  # each decorated call its own block
-        return profile_next_run()
+        return type(self)()
 
 
 forced_request = _FORCED.get

@@ -415,8 +415,15 @@ def test_a_profiled_run_switches_nothing_and_counts_its_window_only(
     """The session's intra-op threads run its unprofiled runs too. Their groups count all
     along; a profiled run makes no system call for perf (no thread's counters are switched)
     and its counts hold its own window only."""
+    # no spinning: a pool thread spinning after the run while the calling thread is preempted
+    # for a time slice before it reads the scheduler's clocks would count milliseconds outside
+    # the window (seen on a loaded machine)
     counter = counter_factory(
-        matmul_chain(), (512, 512), ["task-clock", "context-switches"], intra_op_num_threads=2
+        matmul_chain(),
+        (512, 512),
+        ["task-clock", "context-switches"],
+        intra_op_num_threads=2,
+        config_entries={"session.intra_op.allow_spinning": "0"},
     )
     assert counter.pool.groups  # one pool thread
     for _ in range(5):

@@ -290,6 +290,25 @@ def test_profile_next_run_forces_one_run_only() -> None:
     assert not take_forced()
 
 
+def test_a_profile_next_run_object_opens_one_block_at_a_time() -> None:
+    block = profile_next_run()
+    with block:
+        assert take_forced()
+    with block:  # again, after the first block ended
+        assert take_forced()
+    with pytest.raises(RuntimeError, match="already open"), block, block:
+        pass
+    assert not take_forced()  # the outer block still closed its request
+
+    @profile_next_run()
+    def forced(depth: int) -> list[bool]:
+        taken = [take_forced()]
+        return taken + forced(depth - 1) if depth else taken
+
+    assert forced(2) == [True, True, True]  # each call its own block, recursion included
+    assert not take_forced()
+
+
 def test_profile_next_run_is_taken_once_across_copies_of_its_context() -> None:
     """``asyncio.to_thread`` and tasks run in copies of the context made inside the block: the
     first run in any of them takes the request, not the first run in each."""

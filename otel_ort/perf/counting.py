@@ -161,7 +161,7 @@ class Pool:
     def settle_all(self) -> None:
         """Settle every run ended and not settled yet."""
         with self._settling:
-            waiting = list(self._unsettled)
+            waiting = self._unsettled.copy()  # one step, with or without the GIL
         for share in waiting:
             self.settle(share)
 

@@ -354,7 +354,7 @@ class NodeEncoder:
                     tasks += runs
                     used += runs > 0
             append(self._cached_int(fixed[semconv.NODE_THREADS_USED], 1 + used))
-            append(self._cached_int(fixed[semconv.NODE_THREAD_TASKS], min(tasks, INT64[1])))
+            append(self._varying_int(fixed[semconv.NODE_THREAD_TASKS], min(tasks, INT64[1])))
 
     def _typed_summary(self, stats: ThreadStats, append: Callable[[bytes], None]) -> None:
         """``_thread_summary`` of statistics decoded by type."""
@@ -376,7 +376,7 @@ class NodeEncoder:
                 tasks += runs
                 used += runs > 0
             append(self._cached_int(fixed[semconv.NODE_THREADS_USED], 1 + used))
-            append(self._cached_int(fixed[semconv.NODE_THREAD_TASKS], min(tasks, INT64[1])))
+            append(self._varying_int(fixed[semconv.NODE_THREAD_TASKS], min(tasks, INT64[1])))
 
     @staticmethod
     def _cached_str(fixed: tuple[bytes, dict[Any, bytes]], text: str) -> bytes:
