@@ -280,12 +280,12 @@ class NodeEncoder:
                 known = _ints(value)
             if known is not None:
                 cached = caches.get(key) or _put(caches, key, (attribute_key(key), {}))
-                small = type(known) is int and 0 <= known < _SMALL
-                piece = cached[1].get(known) if small else None
+                repeats = _repeats(key, known)
+                piece = cached[1].get(known) if repeats else None
                 if piece is None:
                     piece = _int_attribute(cached[0], known)
-                    if small:
-                        cached[1][known] = piece
+                    if repeats:
+                        _put(cached[1], known, piece)
                 if piece:  # else out of int64: the general encoder says so
                     append(piece)
                     continue
@@ -404,6 +404,15 @@ class NodeEncoder:
         if piece is None:
             piece = _put(cache, number, _int_entry(key_field, number))
         return piece
+
+
+def _repeats(key: str, value: int | tuple[int, ...]) -> bool:
+    """Whether a perf value is worth caching: small counts (zeros, mostly) and splits of
+    them, and the counted threads' ids, repeat from node to node and run to run; larger
+    counts (CPU time in ns) rarely do."""
+    if isinstance(value, int):
+        return 0 <= value < _SMALL
+    return key == semconv.PERF_THREAD_IDS or all(0 <= number < _SMALL for number in value)
 
 
 def _ints(values: list[Any]) -> tuple[int, ...] | None:
