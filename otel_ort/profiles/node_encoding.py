@@ -273,28 +273,36 @@ class NodeEncoder:
         self, extra: Mapping[str, AttributeValue], append: Callable[[bytes], None]
     ) -> int:
         """The extra attributes after the node's; how many OTLP has no form for, or -1 when
-        one is named like a node attribute (it would replace it, in its place)."""
+        one is named like a node attribute (it would replace it, in its place). A key is
+        checked once: then it has an entry in ``_extra``."""
         skipped = 0
         caches = self._extra
         for key, value in extra.items():
-            if key.startswith(_NODE_PREFIX) or key == semconv.THREAD_ID:
-                return -1
-            known: int | tuple[int, ...] | None = None
-            if type(value) is int:  # perf counts
-                known = value
-            elif type(value) is list:  # their split by thread
-                known = _ints(value)
-            if known is not None:
-                cached = caches.get(key) or _put(caches, key, (attribute_key(key), {}))
-                repeats = _repeats(key, known)
-                piece = cached[1].get(known) if repeats else None
+            cached = caches.get(key)
+            if cached is None:
+                if key.startswith(_NODE_PREFIX) or key == semconv.THREAD_ID:
+                    return -1
+                cached = _put(caches, key, (attribute_key(key), {}))
+            piece: bytes | None = None
+            if type(value) is int:  # a perf count
+                small = 0 <= value < _SMALL
+                piece = cached[1].get(value) if small else None
                 if piece is None:
-                    piece = _int_attribute(cached[0], known)
-                    if repeats:
-                        _put(cached[1], known, piece)
-                if piece:  # else out of int64: the general encoder says so
-                    append(piece)
-                    continue
+                    piece = _count_entry(cached[0], value)
+                    if small:
+                        cached[1][value] = piece
+            elif type(value) is list:  # its split by thread
+                known = _ints(value)
+                if known is not None:
+                    repeats = key == semconv.PERF_THREAD_IDS or _all_small(known)
+                    piece = cached[1].get(known) if repeats else None
+                    if piece is None:
+                        piece = _int_attribute(cached[0], known)
+                        if repeats:
+                            _put(cached[1], known, piece)
+            if piece:  # else out of int64, or not an int: the general encoder
+                append(piece)
+                continue
             try:
                 append(span_attribute(key, value))
             except NotEncodable as exc:  # as ProtobufSpans leaves it out
@@ -412,13 +420,31 @@ class NodeEncoder:
         return piece
 
 
-def _repeats(key: str, value: int | tuple[int, ...]) -> bool:
-    """Whether a perf value is worth caching: small counts (zeros, mostly) and splits of
-    them, and the counted threads' ids, repeat from node to node and run to run; larger
-    counts (CPU time in ns) rarely do."""
-    if isinstance(value, int):
-        return 0 <= value < _SMALL
-    return key == semconv.PERF_THREAD_IDS or all(0 <= number < _SMALL for number in value)
+def _all_small(values: tuple[int, ...]) -> bool:
+    """Every value is below ``_SMALL`` (and not negative): a split worth caching (zero counts
+    repeat from node to node; CPU times in ns rarely do)."""
+    for value in values:  # noqa: SIM110 (a loop: twice as fast as all() over a generator)
+        if not 0 <= value < _SMALL:
+            return False
+    return True
+
+
+def _count_entry(key_field: bytes, number: int) -> bytes:
+    """``_int_attribute`` of one ``int``, written directly when it is not negative and the
+    key short (a perf count): the same bytes, without the nested ``field`` calls."""
+    if number < 0 or number > INT64[1] or len(key_field) > 96:
+        return _int_attribute(key_field, number)
+    value = varint(number)
+    size = len(value)
+    return b"".join(
+        (
+            b"\x4a",
+            bytes((len(key_field) + 3 + size,)),
+            key_field,
+            bytes((0x12, 1 + size, 0x18)),
+            value,
+        )
+    )
 
 
 def _ints(values: list[Any]) -> tuple[int, ...] | None:
