@@ -408,7 +408,7 @@ class NodeEncoder:
         """An int64 attribute whose values change from run to run: cached below ``_SMALL``."""
         if 0 <= number < _SMALL:
             return NodeEncoder._cached_int(fixed, number)
-        return _int_entry(fixed[0], number)
+        return _count_entry(fixed[0], number)
 
     @staticmethod
     def _cached_int(fixed: tuple[bytes, dict[Any, bytes]], number: int) -> bytes:
