@@ -10,13 +10,14 @@ orjson text (the same text is the same JSON value; text holding ``null``, which 
 ``Infinity`` and ``None`` all become, is not cached). Other values (a file not ORT's) are
 encoded each time. Args read by type (:class:`~otel_ort.profiles.ort_events.RawArgs`) are
 cached by their raw JSON text instead, parsed only when not cached; a thread statistics'
-summary too. Each cache holds at most ``_CACHE_LIMIT`` entries, then starts again.
+summary too. Each cache holds at most ``_CACHE_LIMIT`` entries, then starts again (one of
+small integers at most ``_SMALL``).
 
 Values that change from run to run are cached only when small (below ``_SMALL``): a node's
-duration, its main thread's run and wait times and its pool's task count, perf counts and
-their splits by thread (the counted threads' ids always). Larger ones rarely repeat; cached,
-they would fill the caches with entries never used again, whose objects keep Python's memory
-pools from being returned.
+duration (when an ``int``), its main thread's run and wait times and its pool's task count,
+perf counts and their splits by thread (the counted threads' ids always). Larger ones rarely
+repeat; cached, they would fill the caches with entries never used again, whose objects keep
+Python's memory pools from being returned.
 
 A node whose attributes could collide (both ``node_index`` and ``graph_index``, or extra
 attributes named like a node's) or that span limits would cut is left to the dict path

@@ -43,7 +43,6 @@ import orjson
 from msgspec import Raw
 
 from otel_ort._util.gc_pause import gc_paused
-from otel_ort._util.gil import EVENTS_BETWEEN_PAUSES, let_others_run
 from otel_ort.profiles.chrome import START_TIME_KEY
 from otel_ort.profiles.ort_events import OrtEvent, RawArgs, decode_events, raw_value
 from otel_ort.profiles.records import KernelRecord, NodeRecord, Profile, RunRecord
@@ -79,9 +78,7 @@ def read_profile(path: str | os.PathLike[str], start_ns: int | None = None) -> P
         events, truncated, declared_start = _load_events(path)
         parsed = _Parsed(path)
         add = parsed.add_ort if events and type(events[0]) is OrtEvent else parsed.add
-        for index, event in enumerate(events):
-            if index % EVENTS_BETWEEN_PAUSES == EVENTS_BETWEEN_PAUSES - 1:
-                let_others_run()  # request threads wait for the GIL meanwhile
+        for event in events:
             add(event)
         if not parsed.usable:
             summary = "; ".join(parsed.problem_lines()) or "no events"

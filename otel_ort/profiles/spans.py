@@ -43,7 +43,6 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_ort import semconv
 from otel_ort._util.gc_pause import gc_paused
-from otel_ort._util.gil import NODES_BETWEEN_PAUSES, let_others_run
 from otel_ort._util.text_limits import clip
 from otel_ort.export.otlp_encoding import ProtobufSpans
 from otel_ort.export.sdk_internals import span_limits
@@ -263,8 +262,6 @@ class SpanBuilder:
         misses = 0
         order = sorted(range(len(nodes)), key=lambda at: -nodes[at].dur)
         for position, at in enumerate(order):
-            if position % NODES_BETWEEN_PAUSES == NODES_BETWEEN_PAUSES - 1:
-                let_others_run()  # request threads wait for the GIL meanwhile
             cost = 1 + len(nodes[at].kernels)
             if cost > spans_left:
                 limit = limit or _LIMIT_SPANS
