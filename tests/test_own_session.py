@@ -239,11 +239,12 @@ def test_profiling_every_run_of_real_models_costs_little_memory(
             if os.environ.get("CI"):
                 raise
             pytest.skip(f"the model's wheel could not be downloaded: {exc}")
-        # the median of three pairs of fresh processes: one process's RSS moves by a few MB
+        # the median of five pairs of fresh processes: one process's RSS moves by several MB
         # from run to run, with where glibc's malloc happens to place ORT's and the worker's
-        # large buffers (2026-11-27, the recogniser: 8.8 to 13.6 MB more in eight processes)
-        more = sorted(rss_kb(model, path, True) - rss_kb(model, path, False) for _ in range(3))
-        assert more[1] <= 15 * 1024, (model.name, more)
+        # large buffers (2026-11-27, the recogniser: 6.8 to 15.9 MB more over 17 pairs, median
+        # about 11; three pairs' median went over 15 once in five fresh-clone CI runs)
+        more = sorted(rss_kb(model, path, True) - rss_kb(model, path, False) for _ in range(5))
+        assert more[2] <= 15 * 1024, (model.name, more)
 
 
 class FakeOrtRunOptions:
