@@ -82,40 +82,64 @@ def _group_sample(data: bytes, offset: int, time: int) -> GroupSample:
     return GroupSample(time, *unpack_group(data, offset))
 
 
-def parse_recent(data: bytes, window: tuple[int, int], out: ThreadRecords) -> bool:
-    """The records of a flight ring (``data`` newest first) that ``window`` needs, added to
-    ``out``: those inside it, and the last switch record before it (which says whether the
-    thread was on a CPU when the window began); not the later ones, which may be many by the
-    time the ring is read. Whether the records reach back before the window's start (else
-    older ones were overwritten, or never were)."""
+@dataclass(frozen=True, slots=True)
+class _Selected:
+    """A flight ring's plain records (``data`` newest first) and which of them a window
+    needs: those inside it, and the last switch record before it (which says whether the
+    thread was on a CPU when the window began)."""
+
+    records: np.ndarray
+    switch: np.ndarray
+    """Which records are switch records (the others are sparse samples)."""
+    times: np.ndarray
+    keep: np.ndarray
+    reached: bool
+    """The records reach back before the window's start (else older ones were overwritten,
+    or never were)."""
+
+
+def _select(data: bytes, window: tuple[int, int]) -> _Selected | None:
+    """The records of ``window`` in ``data``; ``None`` when other records than switches and
+    sparse samples are among them (throttling): those are parsed one at a time."""
     since, until = window
     count = len(data) // _PLAIN.itemsize
     records = np.frombuffer(data, _PLAIN, count)
     kinds = records["type"]
     if (records["size"] != _PLAIN.itemsize).any() or not np.isin(kinds, (_SAMPLE, _SWITCH)).all():
-        older = ThreadRecords()  # another record among them (throttling): one at a time
-        parse(data, None, older)
-        return _keep(older, window, out)
+        return None
     switch = kinds == _SWITCH
     # a switch record ends with pid/tid, time, id; a sample is id, pid/tid, time
     times = np.where(switch, records["b"], records["c"]).astype(np.int64)
-    reached = bool(count) and int(times.min()) < since
     before = np.flatnonzero(switch & (times < since))
     keep = (times >= since) & (times <= until)
     if len(before):
         keep[before[0]] = True  # the newest switch before the window
+    return _Selected(records, switch, times, keep, bool(count) and int(times.min()) < since)
+
+
+def parse_recent(data: bytes, window: tuple[int, int], out: ThreadRecords) -> bool:
+    """The records of a flight ring (``data`` newest first) that ``window`` needs (see
+    ``_Selected``), added to ``out``; not the later ones, which may be many by the time the
+    ring is read. Whether the records reach back before the window's start."""
+    selected = _select(data, window)
+    if selected is None:
+        older = ThreadRecords()
+        parse(data, None, older)
+        return _keep(older, window, out)
+    records, times, keep = selected.records, selected.times, selected.keep
+    switched = keep & selected.switch
     out.switches.extend(
         zip(
-            times[keep & switch].tolist(),
-            (records["misc"][keep & switch] & _MISC_SWITCH_OUT).astype(bool).tolist(),
+            times[switched].tolist(),
+            (records["misc"][switched] & _MISC_SWITCH_OUT).astype(bool).tolist(),
             strict=True,
         )
     )
-    sampled = keep & ~switch
+    sampled = keep & ~selected.switch
     for identifier in np.unique(records["a"][sampled]).tolist():
         chosen = sampled & (records["a"] == identifier)
         out.events.setdefault(identifier, []).extend(times[chosen].tolist())
-    return reached
+    return selected.reached
 
 
 def _keep(records: ThreadRecords, window: tuple[int, int], out: ThreadRecords) -> bool:
@@ -136,16 +160,7 @@ def trim_recent(data: bytes, window: tuple[int, int]) -> tuple[bytes, bool]:
     ``parse_recent`` keeps for ``window``, to hold until they are parsed (32 bytes each,
     where parsed records would take several times that), and whether they reach back before
     the window's start. With other records among them (throttling), all of ``data``."""
-    since, until = window
-    count = len(data) // _PLAIN.itemsize
-    records = np.frombuffer(data, _PLAIN, count)
-    kinds = records["type"]
-    if (records["size"] != _PLAIN.itemsize).any() or not np.isin(kinds, (_SAMPLE, _SWITCH)).all():
+    selected = _select(data, window)
+    if selected is None:
         return data, parse_recent(data, window, ThreadRecords())
-    switch = kinds == _SWITCH
-    times = np.where(switch, records["b"], records["c"]).astype(np.int64)
-    before = np.flatnonzero(switch & (times < since))
-    keep = (times >= since) & (times <= until)
-    if len(before):
-        keep[before[0]] = True
-    return records[keep].tobytes(), bool(count) and int(times.min()) < since
+    return selected.records[selected.keep].tobytes(), selected.reached
