@@ -15,7 +15,8 @@ of (configuration - baseline), relative to the baseline's median. The profiler's
 each run's reads and rings, reads its profile and attributes the counts to its nodes off the
 request path: that time per run ("worker") is shown apart. Each perf configuration has its
 pool of groups on the session's intra-op threads (found around the session's construction, as
-the profiler finds them), switched on for its own counted runs only, as the profiler does.
+the profiler finds them); its software events count all along and each counted run takes
+the records of its window, as the profiler does (dense events are switched per run).
 "default events" are otel-ort's defaults without a PMU: nothing dense is counted, so the leader
 does not sample. cpu-clock (a dense event) makes it sample every period of CPU time, as
 hardware counters do where a PMU exists. Target: <= 5% at the default period.

@@ -16,8 +16,9 @@ after an untimed unprofiled run (settling the caches as in service) and with the
 Differences are taken per round and their median reported. Ours = otel-ort sampled (forced)
 - otel-ort: how much longer the caller waits. Target: ours <= ORT's + 0.1 ms. Measured twice
 in one run: with perf counters off, and with the default perf counters (perf's own cost on
-the caller: switching the calling thread's and the pool threads' counters on and off, and
-the kernel's records during the run).
+the caller: noting the run's window on the calling thread's and the pool threads' groups,
+switching dense events on and off where there are any, and the kernel's records during the
+run).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from otel_ort.profiles.records import Profile
 
 
 class CommandPerf:
-    """perf counting of the session's threads during each profiled run (switched on and off
-    around each run, so ORT's pool spinning between runs is not counted); off, or saying why
+    """perf counting of the session's threads during each profiled run (the records of each
+    run's window only, so ORT's pool spinning between runs is not counted); off, or saying why
     not, where perf cannot count. Never raises: what goes wrong is said in ``describe``."""
 
     def __init__(
