@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from otel_ort._util.switch_interval import SHORT_S
 from otel_ort.profiles import chrome
 from otel_ort.profiles.reader import read_profile
 from otel_ort.profiling import worker as worker_module
@@ -329,30 +328,6 @@ def test_worker_runs_jobs_in_order_drains_and_stops() -> None:
     assert worker.stop(timeout=10)
     assert not worker.submit(lambda: None)
     assert "test-worker" not in {t.name for t in threading.enumerate()}
-
-
-def test_a_job_runs_with_a_short_switch_interval_and_the_callers_comes_back() -> None:
-    """A job holds the GIL at most ``SHORT_S`` against a waiting thread; the interval is put
-    back after it, unless the job (someone else) changed it, and never raised."""
-    worker = Worker("test-worker", max_pending=10)
-    before = sys.getswitchinterval()
-    seen: list[float] = []
-    try:
-        assert worker.submit(lambda: seen.append(sys.getswitchinterval()))
-        assert worker.drain(timeout=10)
-        assert seen == [pytest.approx(SHORT_S)]
-        assert sys.getswitchinterval() == before
-        assert worker.submit(lambda: sys.setswitchinterval(0.002))  # someone else's change
-        assert worker.drain(timeout=10)
-        assert sys.getswitchinterval() == pytest.approx(0.002)
-        sys.setswitchinterval(0.0001)  # already shorter: left as it is
-        assert worker.submit(lambda: seen.append(sys.getswitchinterval()))
-        assert worker.drain(timeout=10)
-        assert seen[-1] == pytest.approx(0.0001)
-        assert sys.getswitchinterval() == pytest.approx(0.0001)
-    finally:
-        sys.setswitchinterval(before)
-        assert worker.stop(timeout=10)
 
 
 def test_a_busy_worker_finds_jobs_by_itself_and_a_sleeping_one_is_woken(

@@ -17,10 +17,6 @@ microseconds on a VM: a profiled run's caller would pay it on every hand-off. So
 keep coming (within ``ACTIVE_S`` of the last one) the thread looks at the queue every
 ``POLL_S`` by itself, and ``submit`` wakes it only once it has gone to sleep.
 
-A job runs with the interpreter's switch interval lowered
-(``_util.switch_interval``): a request thread that needs the GIL while a profile is converted
-gets it within half a millisecond instead of five.
-
 After ``os.fork()`` the child must not inherit the parent's queue (its jobs belong to the
 parent) nor its thread (gone in the child): ``reset_after_fork`` starts afresh.
 """
@@ -33,7 +29,6 @@ from collections import deque
 from collections.abc import Callable
 
 from otel_ort._util.bounded import seconds_left
-from otel_ort._util.switch_interval import short_switch_interval
 from otel_ort.failures import report_failure
 
 Job = Callable[[], object]
@@ -202,7 +197,6 @@ class Worker:
                 self._busy = True
                 last_job = time.monotonic()
             try:
-                with short_switch_interval():  # request threads wait less for the GIL
-                    job()
+                job()
             except BaseException:  # SystemExit from a span processor, say: the thread goes on
                 report_failure(f"a background job of {self.name} failed")
