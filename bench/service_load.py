@@ -2,7 +2,8 @@
 (``examples/fastapi_service``) on uvicorn, one worker, driven by ``wrk``.
 
     make bench   (or: .venv/bin/python -m bench.service_load [--quick] [--models cls,rec]
-                  [--repetitions R] [--seconds S] [--baseline never] [--sampler rate:2/s])
+                  [--repetitions R] [--seconds S] [--baseline never] [--sampler rate:2/s]
+                  [--no-spinning])
 
 Per model, two servers of the same app run side by side, one with the profile sampler
 ``never`` (tracing only) and one with ``rate:2/s``; each exports its spans and metrics over
@@ -14,7 +15,8 @@ median ratio is reported. Targets: requests/s at most 5 % lower, p99 at most 15 
 ``--baseline`` and ``--sampler`` compare two others: ``--sampler every:1000000000``
 profiles one run per server (its first), which prices what stays on after a session's first
 profiled run (ORT's thread-pool profiler, perf's always-counting events) apart from the
-profiled runs themselves.
+profiled runs themselves. ``--no-spinning`` runs both servers with ORT's threads waiting for
+work without spinning (the example's ``ORT_SERVICE_SPINNING=0``).
 
 Models: the rapidocr classifier (235 nodes, ~3 ms a run) and recogniser (415 nodes, ~25 ms),
 served through ``ORT_SERVICE_MODEL`` behind one ``Reshape`` (and an ``ArgMax`` for the
@@ -75,13 +77,17 @@ class Block:
     cpu_ms_per_request: float
 
 
-def start_server(sampler: str, model: Path, endpoint: str, workdir: Path) -> Server:
-    """The example on uvicorn (one worker, no access log), exporting to ``endpoint``."""
+def start_server(
+    sampler: str, model: Path, endpoint: str, workdir: Path, spinning: bool = True
+) -> Server:
+    """The example on uvicorn (one worker, no access log), exporting to ``endpoint``;
+    ``spinning``: ORT's threads spin-wait for work (ORT's default)."""
     port = free_port()
     tag = sampler.replace(":", "-").replace("/", "")
     env = {
         **os.environ,
         "ORT_SERVICE_MODEL": str(model),
+        "ORT_SERVICE_SPINNING": "1" if spinning else "0",
         "OTEL_ORT_PROFILE_SAMPLER": sampler,
         "OTEL_ORT_PROFILE_DIR": str(workdir / f"profiles-{tag}"),
         "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
@@ -171,6 +177,7 @@ def measure(
     seconds: float,
     warmup: float,
     samplers: tuple[str, str] = SAMPLERS,
+    spinning: bool = True,
 ) -> tuple[dict[str, list[Block]], list[Received]]:
     """Blocks per sampler of ``samplers`` (repetition order) and what each server's
     receiver took."""
@@ -183,7 +190,7 @@ def measure(
     blocks: dict[str, list[Block]] = {sampler: [] for sampler in samplers}
     with SinkProcess(len(samplers)) as sink:
         servers = [
-            start_server(sampler, model, endpoint, workdir)
+            start_server(sampler, model, endpoint, workdir, spinning)
             for sampler, endpoint in zip(samplers, sink.endpoints, strict=True)
         ]
         try:
@@ -245,6 +252,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="3 repetitions of 5 s")
     parser.add_argument("--repetitions", type=int, default=None, help="default 5")
     parser.add_argument("--seconds", type=float, default=None, help="per block; default 10")
+    parser.add_argument(
+        "--no-spinning",
+        action="store_true",
+        help="ORT's threads wait for work without spinning (ORT_SERVICE_SPINNING=0), both servers",
+    )
     parser.add_argument("--baseline", default=SAMPLERS[0], help=f"default {SAMPLERS[0]}")
     parser.add_argument(
         "--sampler", default=SAMPLERS[1], help=f"compared with the baseline; default {SAMPLERS[1]}"
@@ -260,12 +272,15 @@ def main() -> None:
     wrk_binary()
     _progress(
         f"service_load: {repetitions} x {seconds:.0f} s per sampler and model, "
-        f"wrk -t{WRK_THREADS} -c{CONNECTIONS}, {time.ctime()}"
+        f"wrk -t{WRK_THREADS} -c{CONNECTIONS}, ORT's spinning "
+        f"{'off' if args.no_spinning else 'on'}, {time.ctime()}"
     )
     rows, pairs = [], []
     for key in keys:
         served = SERVED_MODELS[key]
-        blocks, received = measure(served, args.cache, repetitions, seconds, 3.0, samplers)
+        blocks, received = measure(
+            served, args.cache, repetitions, seconds, 3.0, samplers, not args.no_spinning
+        )
         for sampler, got in zip(samplers, received, strict=True):
             mine = blocks[sampler]
             cells = (
@@ -297,7 +312,8 @@ def main() -> None:
         pairs.append("| " + " | ".join(pair) + " |")
     print(
         f"\nservice_load, {time.strftime('%Y-%m-%d')}: medians over {repetitions} blocks of "
-        f"{seconds:.0f} s (wrk -t{WRK_THREADS} -c{CONNECTIONS})"
+        f"{seconds:.0f} s (wrk -t{WRK_THREADS} -c{CONNECTIONS}; ORT's spinning "
+        f"{'off' if args.no_spinning else 'on'})"
     )
     print(
         "| model | sampler | requests/s | p50 ms | p99 ms | server CPU ms/request | RSS MB "

@@ -19,6 +19,9 @@ Settings (environment):
   JSON is kept (default ``~/.cache/otel-ort/profiles``).
 - ``ORT_SERVICE_MODEL``: the ONNX model to serve, with one float32 input ``[batch, features]``
   (default: otel-ort's demo MLP, built once into ``~/.cache/otel-ort/models/``).
+- ``ORT_SERVICE_SPINNING=0``: ORT's threads wait for work without spinning
+  (``session.intra_op.allow_spinning``). Concurrent requests on a few shared cores then leave
+  each other more CPU; ``docs/benchmarks.md`` measures both.
 """
 
 from __future__ import annotations
@@ -80,7 +83,12 @@ model = Model()
 async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     # Start-up exports nothing and flushes nothing: it never waits on the collector.
     with tracer.start_as_current_span("startup"):  # one trace: the model load
-        model.session = ort.InferenceSession(model_path(), providers=["CPUExecutionProvider"])
+        options = ort.SessionOptions()
+        if os.environ.get("ORT_SERVICE_SPINNING") == "0":
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        model.session = ort.InferenceSession(
+            model_path(), options, providers=["CPUExecutionProvider"]
+        )
         model.input_name = model.session.get_inputs()[0].name
     yield
     # Shut telemetry down here, not at interpreter exit: on SIGTERM, uvicorn (and gunicorn's
