@@ -230,7 +230,9 @@ def _spread(ratios: list[float]) -> str:
     return f"{pct(statistics.median(ratios))} % [{pct(min(ratios))}, {pct(max(ratios))}]"
 
 
-def _samplers(parser: argparse.ArgumentParser, baseline: str, sampler: str) -> tuple[str, str]:
+def chosen_samplers(
+    parser: argparse.ArgumentParser, baseline: str, sampler: str
+) -> tuple[str, str]:
     """``--baseline`` and ``--sampler``: two different samplers, as
     ``OTEL_ORT_PROFILE_SAMPLER`` spells them."""
     if baseline == sampler:
@@ -268,7 +270,7 @@ def main() -> None:
     keys = chosen_models(parser, args.models, SERVED_MODELS)
     if repetitions < 1 or seconds < 1:
         parser.error("--repetitions and --seconds must be at least 1")
-    samplers = _samplers(parser, args.baseline, args.sampler)
+    samplers = chosen_samplers(parser, args.baseline, args.sampler)
     wrk_binary()
     _progress(
         f"service_load: {repetitions} x {seconds:.0f} s per sampler and model, "

@@ -3,6 +3,7 @@ the OTLP sink process, the rapidocr models reshaped for the FastAPI example."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ import pytest
 
 import otel_ort
 from bench.otlp_sink import SinkProcess
-from bench.service_load import paired_ratios
+from bench.service_load import chosen_samplers, paired_ratios
 from bench.service_models import SERVED_MODELS, flat_model, request_body
 from bench.stage_timers import Hook, StageTimers
 from bench.wheel_models import fetch
@@ -66,6 +67,20 @@ def test_paired_ratios_pair_by_repetition() -> None:
     assert paired_ratios([100.0, 50.0], [90.0, 50.0]) == [0.9, 1.0]
     with pytest.raises(ValueError, match="equal, non-empty"):
         paired_ratios([1.0], [1.0, 2.0])
+
+
+def test_the_load_bench_compares_two_valid_different_samplers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = argparse.ArgumentParser()
+    assert chosen_samplers(parser, "never", "rate:2/s,burst=5") == ("never", "rate:2/s,burst=5")
+    for baseline, sampler, said in (
+        ("never", "never", "nothing to compare"),
+        ("never", "bogus:3", "unknown profile sampler 'bogus:3'"),
+    ):
+        with pytest.raises(SystemExit):
+            chosen_samplers(parser, baseline, sampler)
+        assert said in capsys.readouterr().err
 
 
 class Worked:

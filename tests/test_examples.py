@@ -149,6 +149,37 @@ def test_fastapi_service_traces_requests_and_profiles_on_demand(tmp_path: Path) 
     assert semconv.METRIC_RUN_DURATION in metric_names
 
 
+SPINNING_DRIVER = """
+from fastapi.testclient import TestClient
+
+from examples.fastapi_service.app import app, model
+
+with TestClient(app):  # the lifespan opens the session
+    options = model.session.get_session_options()
+    try:
+        print(options.get_session_config_entry("session.intra_op.allow_spinning"))
+    except RuntimeError:  # not set: ORT's default, threads spin
+        print("ORT's default")
+"""
+
+
+@pytest.mark.parametrize(("setting", "expected"), [(None, "ORT's default"), ("0", "0")])
+def test_fastapi_service_keeps_orts_threads_from_spinning_when_asked(
+    tmp_path: Path, setting: str | None, expected: str
+) -> None:
+    """``ORT_SERVICE_SPINNING=0`` reaches the session (bench.service_load --no-spinning relies
+    on it); unset, the session is ORT's default."""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "OTEL_ORT_PROFILE_SAMPLER": "never"}
+    if setting is not None:
+        env["ORT_SERVICE_SPINNING"] = setting
+    with OtlpReceiver() as receiver:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.grpc_endpoint
+        env["OTEL_EXPORTER_OTLP_INSECURE"] = "true"
+        completed = run_python(["-c", SPINNING_DRIVER], env)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines()[-1] == expected
+
+
 # -- examples/batch_profile.py --------------------------------------------------------------
 
 BATCH = str(ROOT / "examples" / "batch_profile.py")
