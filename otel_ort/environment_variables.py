@@ -31,3 +31,7 @@ cycles, instructions where the CPU has a PMU), ``off``, a comma-separated list s
 OTEL_ORT_PERF_PERIOD_NS = "OTEL_ORT_PERF_PERIOD_NS"
 """Sampling period (ns of CPU time) for hardware counters; default: chosen from the measured
 cost of one sample so that sampling takes about 1% of the run."""
+
+OTEL_ORT_NATIVE = "OTEL_ORT_NATIVE"
+"""``on`` (the default): a profile's conversion uses its C parts where they were built at
+install; ``off``: the Python code they stand in for (the same output, more CPU)."""

@@ -175,7 +175,9 @@ def test_kept_file_of_a_typed_read_is_the_general_one(tmp_path: Path, real_profi
             other_data={"trace_id": "ab" * 16, "span_id": "cd" * 8, chrome.START_TIME_KEY: 7},
             process_name="onnxruntime (pid 42)",
             thread_names={},
-            tracks=[{"name": "perf.x", "ph": "C", "pid": 1, "tid": 1, "ts": 1, "args": {"x": 2}}],
+            tracks=chrome.EventText(
+                1, b'{"name":"perf.x","ph":"C","pid":1,"tid":1,"ts":1,"args":{"x":2}}'
+            ),
         )
         kept.append(json.loads(data))
     assert kept[0] == kept[1]

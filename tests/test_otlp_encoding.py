@@ -165,6 +165,19 @@ def test_every_measured_size_is_the_encoded_size(profiles: dict[str, Path]) -> N
             assert encoder.measure(draft) == len(encoder.span(draft))
 
 
+@pytest.mark.parametrize("parent_id", [0, 5])
+@pytest.mark.parametrize(("start", "end"), [(0, 0), (1, 0), (0, 2), (10, 20)])
+@pytest.mark.parametrize("size", [10, 100, 20_000])
+def test_measure_parts_is_measure(parent_id: int, start: int, end: int, size: int) -> None:
+    """What the span builder uses for a node span it encoded itself."""
+    encoder = ProtobufSpans()
+    resource = Resource.create({"service.name": "measure"})
+    draft = SpanDraft(1, 2, parent_id, "n" * size, start, end, {"a": "b" * size}, resource, None)
+    parts = encoder._parts(draft)
+    measured = ProtobufSpans.measure_parts(parts, parent_id, start, end)
+    assert measured == encoder.measure(draft) == len(encoder.span(draft))
+
+
 def node_bytes(drafts: list[SpanDraft]) -> int:
     encoder = ProtobufSpans()
     return sum(encoder.measure(d) for d in drafts if d.name != semconv.SPAN_RUN)

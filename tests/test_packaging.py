@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -66,7 +67,16 @@ def test_wheel_ships_py_typed_and_entry_point(tmp_path: Path) -> None:
         names = archive.namelist()
         assert "otel_ort/py.typed" in names
         assert "otel_ort/report/static/report.js" in names  # the page is package data
+        built = {name.split(".")[0] for name in names if name.endswith(".so")}
+        stubs = {name.removesuffix(".pyi") for name in names if name.endswith(".pyi")}
         (entry_points_txt,) = [n for n in names if n.endswith("entry_points.txt")]
         text = archive.read(entry_points_txt).decode()
     assert "[opentelemetry_instrumentor]\nonnxruntime = otel_ort:OrtInstrumentor" in text
     assert "otel-ort = otel_ort.cli:main" in text
+    parts = {
+        "otel_ort/profiles/_ort_nodes", "otel_ort/profiles/_node_parts",
+        "otel_ort/perf/_track_text", "otel_ort/export/_span_frame",
+    }  # fmt: skip
+    assert stubs == parts  # their types, for mypy in users' projects
+    if os.environ.get("CI") == "true" or shutil.which("cc"):  # a C compiler: all are built
+        assert built == parts

@@ -93,8 +93,8 @@ class ProfileExportProcessor(SpanProcessor):
     def take_drafts(self, drafts: Sequence[SpanDraft]) -> set[int]:
         """Encode and queue ``drafts``, waiting for room while the queue is full; the
         indexes of those dropped (the processor was shut down), counted."""
-        encode = self._encoding.span
-        entries = [(draft.resource, draft.scope, encode(draft)) for draft in drafts]
+        encoded = self._encoding.spans(list(drafts))
+        entries = [(d.resource, d.scope, span) for d, span in zip(drafts, encoded, strict=True)]
         taken = 0
         with self._changed:
             if self._thread is None and not self._closed:

@@ -16,7 +16,8 @@ from opentelemetry.util.types import AttributeValue
 from otel_ort import semconv
 from otel_ort.perf.attribution import Attribution, NodeColumns, as_ints
 from otel_ort.perf.counting import PerfCounters, RawRun, RunCounts
-from otel_ort.perf.tracks import counter_events
+from otel_ort.perf.tracks import counter_events, counter_text
+from otel_ort.profiles.chrome import EventText
 from otel_ort.profiles.records import Profile
 
 _MAX_PROBLEM = 256
@@ -33,8 +34,11 @@ class ProfileCounts:
     """What this run's counts lack (also in the run's ``perf.unavailable``, after the events
     that are never counted here)."""
     tracks: Callable[[], list[dict[str, Any]]] = field(default=list)
-    """The counter tracks' events, made when called: the caller adds them to the kept file
-    (the worker, with the garbage collector paused, just before writing it)."""
+    """The counter tracks' events, made when called (``otel-ort profile`` adds them to the
+    profile's events, for its tables and its kept file)."""
+    track_text: Callable[[], EventText | None] = field(default=lambda: None)
+    """The same events as JSON text, written when called: the worker adds them to the kept
+    file (with the garbage collector paused, just before writing it)."""
 
 
 def count_profile(perf: PerfCounters, profile: Profile, raw: RawRun) -> ProfileCounts:
@@ -59,9 +63,12 @@ def count_profile(perf: PerfCounters, profile: Profile, raw: RawRun) -> ProfileC
     def tracks() -> list[dict[str, Any]]:
         return counter_events(counts, windows_us, pid)
 
+    def track_text() -> EventText:
+        return EventText(pid, counter_text(counts, windows_us, pid))
+
     nodes = node_attributes(counts) if len(windows) else []
     run = run_attributes(counts, [*perf.unavailable_events, *problems])
-    return ProfileCounts(run, nodes, (*problems, *counts.problems), tracks)
+    return ProfileCounts(run, nodes, (*problems, *counts.problems), tracks, track_text)
 
 
 def _pid(event: Any) -> Any:

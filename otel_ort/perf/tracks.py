@@ -4,6 +4,7 @@ the summary tables and the HTML report."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict, deque
 from collections.abc import Sequence
@@ -11,10 +12,51 @@ from dataclasses import dataclass, field
 from math import isnan
 from typing import Any
 
+import orjson
+
 from otel_ort import semconv
+from otel_ort._util.native import NATIVE_WANTED
 from otel_ort.perf.attribution import rounded
 from otel_ort.perf.counting import RunCounts
 from otel_ort.profiles.records import NodeRecord
+
+try:
+    from otel_ort.perf import _track_text
+except ImportError:  # not built at install: the events are made in Python
+    _track_text = None  # type: ignore[assignment]
+if not NATIVE_WANTED:  # OTEL_ORT_NATIVE=off
+    _track_text = None  # type: ignore[assignment]
+
+
+def counter_text(counts: RunCounts, windows_us: Sequence[tuple[float, float]], pid: int) -> bytes:
+    """:func:`counter_events` as JSON text, the events joined by commas (what a kept file's
+    ``traceEvents`` holds). Written in C (``_track_text``) where it was built and the values
+    are its kind; else each event is made and encoded here."""
+    columns = counts.attribution.columns
+    if _track_text is not None and columns is not None and columns.nodes == len(windows_us):
+        pid_text = orjson.dumps(pid).decode()
+        templates = [
+            (
+                b'{"name":' + orjson.dumps(semconv.PERF_PREFIX + alias) + b',"ph":"C","ts":',
+                f',"pid":{pid_text},"tid":0,"cat":"perf","args":{{'.encode()
+                + orjson.dumps(alias)
+                + b":",
+            )
+            for alias in columns.aliases
+        ]
+        rows = [rounded(columns.values[alias]) for alias in columns.aliases]
+        starts = [start for start, _ in windows_us]
+        text = _track_text.counter_text(templates, starts, _stops(windows_us), rows)
+        if text is not NotImplemented:
+            return text
+    return b",".join(map(_json, counter_events(counts, windows_us, pid)))
+
+
+def _json(event: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(event)
+    except orjson.JSONEncodeError:  # what only json writes (an integer over 64 bits)
+        return json.dumps(event, separators=(",", ":")).encode()
 
 
 def counter_events(
@@ -24,11 +66,7 @@ def counter_events(
     to its end, 0 between nodes. ``windows_us`` are in order of start; a node's 0 comes no
     later than the next node's start (ORT's whole-µs times may overlap by 1 µs), so that a
     viewer, which sorts the samples by time, never ends the next node's count early."""
-    starts = [start for start, _ in windows_us[1:]] + [math.inf] if windows_us else []
-    stops = [
-        end if end < next_start else next_start
-        for (_, end), next_start in zip(windows_us, starts, strict=True)
-    ]
+    stops = _stops(windows_us)
     columns = counts.attribution.columns
     if columns is None:
         return _from_dicts(counts, windows_us, stops, pid)
@@ -56,6 +94,15 @@ def counter_events(
             event["args"] = {alias: 0}
             append(event)
     return events
+
+
+def _stops(windows_us: Sequence[tuple[float, float]]) -> list[float]:
+    """Where each node's count drops to 0: its end, or the next node's start if earlier."""
+    starts = [start for start, _ in windows_us[1:]] + [math.inf] if windows_us else []
+    return [
+        end if end < next_start else next_start
+        for (_, end), next_start in zip(windows_us, starts, strict=True)
+    ]
 
 
 def _from_dicts(

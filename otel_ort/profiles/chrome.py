@@ -11,7 +11,8 @@ clicking the run in a viewer shows which trace it belongs to.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -29,24 +30,30 @@ VIEWERS = "open in https://ui.perfetto.dev or Chrome DevTools' Performance panel
 _GPU_PID = -1
 
 
+@dataclass(frozen=True)
+class EventText:
+    """Events of process ``pid`` already written as JSON: their texts joined by commas."""
+
+    pid: int
+    text: bytes
+
+
 def enrich(
     events: list[Any],
     *,
     other_data: Mapping[str, Any],
     process_name: str,
     thread_names: Mapping[int, str],
-    tracks: Sequence[Mapping[str, Any]] = (),
+    tracks: EventText | None = None,
 ) -> bytes:
     """The enriched file's bytes from ORT's events (as read), then ``tracks``: counter
-    events (``"ph": "C"``) of one process, such as ``perf.tracks.counter_events`` makes, as if
-    they ended ``events`` (only the first is looked at). ``thread_names`` maps OS thread ids
-    to names; other threads get a generic one."""
+    events (``"ph": "C"``) of one process, such as ``perf.tracks.counter_text`` writes, as if
+    they ended ``events``. ``thread_names`` maps OS thread ids to names; other threads get a
+    generic one."""
     ids = {key: other_data[key] for key in ("trace_id", "span_id") if key in other_data}
     threads = _Threads()
-    if tracks:
-        pid, tid = tracks[0].get("pid"), tracks[0].get("tid")
-        if isinstance(pid, int) and isinstance(tid, int):
-            threads.pids.add(pid)
+    if tracks is not None and tracks.text:
+        threads.pids.add(tracks.pid)
     threads.scan(events, ids)
     pids, tids = threads.pids, threads.tids
     metadata: list[dict[str, Any]] = []
@@ -57,19 +64,22 @@ def enrich(
         if pid == _GPU_PID:
             continue
         metadata.append(_meta("thread_name", pid, tid, thread_names.get(tid, f"ORT thread {tid}")))
+    text = tracks.text if tracks is not None else b""
+    if threads.typed:  # ORT's args written back as they were read, the tracks' text too
+        typed = {  # (a Raw is written as it is: here, the tracks' events, commas between)
+            "traceEvents": [*metadata, *events, *([Raw(text)] if text else [])],
+            "displayTimeUnit": "ms",
+            "otherData": other_data,
+        }
+        try:
+            return ort_events.encode(typed)
+        except (UnicodeEncodeError, TypeError, ValueError):  # a lone surrogate in a name
+            events = [ort_events.as_dict(e) if type(e) is OrtEvent else e for e in events]
     enriched = {
-        "traceEvents": [*metadata, *events, *tracks],
+        "traceEvents": [*metadata, *events, *(orjson.loads(b"[" + text + b"]") if text else [])],
         "displayTimeUnit": "ms",
         "otherData": other_data,
     }
-    if threads.typed:  # ORT's args written back as they were read
-        try:
-            return ort_events.encode(enriched)
-        except (UnicodeEncodeError, TypeError, ValueError):  # a lone surrogate in a name
-            enriched["traceEvents"] = [
-                ort_events.as_dict(event) if type(event) is OrtEvent else event
-                for event in enriched["traceEvents"]
-            ]
     try:
         return orjson.dumps(enriched)  # several times faster than json, on the worker's path
     except orjson.JSONEncodeError:  # what only json writes (an integer over 64 bits)

@@ -19,6 +19,11 @@ perf counts and their splits by thread (the counted threads' ids always). Larger
 repeat; cached, they would fill the caches with entries never used again, whose objects keep
 Python's memory pools from being returned.
 
+The usual case runs in C (``_node_parts``, built when a C compiler is there at install):
+it reads these caches, never fills them, and parses thread statistics itself; a node with
+anything else (a value not cached yet, a form it does not know) is encoded here, so both
+give the same bytes. Without the C part, every node is encoded here.
+
 A node whose attributes could collide (both ``node_index`` and ``graph_index``, or extra
 attributes named like a node's) or that span limits would cut is left to the dict path
 (``None``).
@@ -38,6 +43,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.util.types import AttributeValue
 
 from otel_ort import semconv
+from otel_ort._util.native import NATIVE_WANTED
 from otel_ort._util.text_limits import clip
 from otel_ort.export.otlp_encoding import (
     NotEncodable,
@@ -60,6 +66,13 @@ from otel_ort.profiles.node_attributes import (
 from otel_ort.profiles.ort_events import RawArgs, ThreadStats, decode_stats, raw_value
 from otel_ort.profiles.records import NodeRecord
 from otel_ort.profiles.span_draft import SpanDraft
+
+try:
+    from otel_ort.profiles import _node_parts
+except ImportError:  # not built at install: every node is encoded in Python
+    _node_parts = None  # type: ignore[assignment]
+if not NATIVE_WANTED:  # OTEL_ORT_NATIVE=off
+    _node_parts = None  # type: ignore[assignment]
 
 _logger = logging.getLogger("otel_ort")
 
@@ -125,7 +138,8 @@ def _int_entry(key_field: bytes, number: int) -> bytes:
 class NodeEncoder:
     """Encodes node spans' attributes for one span builder (its caches last as long)."""
 
-    def __init__(self) -> None:
+    def __init__(self, native: bool = True) -> None:
+        """``native``: the C part encodes the nodes it can (when it was built)."""
         self._args: dict[str, _Handler] = {}
         self._names: dict[str, tuple[bytes, bytes]] = {}
         self._fixed = {
@@ -147,6 +161,36 @@ class NodeEncoder:
         self._stats: dict[bytes, tuple[bytes, ...]] = {}
         self._raw: dict[str, dict[bytes, bytes] | None] = {}
         """Per arg name, its attributes by raw text (``None``: the arg is no attribute)."""
+        self._native = self._native_encoder() if native and _node_parts is not None else None
+
+    @property
+    def native(self) -> bool:
+        """Whether the C part encodes the nodes it can."""
+        return self._native is not None
+
+    def _native_encoder(self) -> _node_parts.Encoder:
+        """The C part, reading this encoder's caches."""
+        fixed = self._fixed
+        return _node_parts.Encoder(
+            names=self._names,
+            op_types=fixed[semconv.NODE_OP_TYPE][1],
+            providers=fixed[semconv.NODE_PROVIDER][1],
+            pools=fixed[semconv.NODE_THREAD_POOL][1],
+            raw=self._raw,
+            extra=self._extra,
+            duration_key=fixed[semconv.NODE_DURATION_US][0],
+            thread_id_key=fixed[semconv.THREAD_ID][0],
+            run_key=fixed[semconv.NODE_MAIN_THREAD_RUN_US][0],
+            wait_key=fixed[semconv.NODE_MAIN_THREAD_WAIT_US][0],
+            used_key=fixed[semconv.NODE_THREADS_USED][0],
+            tasks_key=fixed[semconv.NODE_THREAD_TASKS][0],
+            end=_END,
+            raw_args_type=RawArgs,
+            stats_arg=THREAD_STATS_ARG,
+            index_args=INDEX_ARGS,
+            handlers=self._args,
+            int_kind=_INT,
+        )
 
     def parts(
         self,
@@ -157,6 +201,10 @@ class NodeEncoder:
         """The node span's ``SpanDraft.encoded`` (name and kind; attributes to flags), its
         attributes being ``node_attributes(node, extra)``; ``None`` when the dict path must
         make them (see the module's docstring)."""
+        if self._native is not None:
+            made = self._native.parts(node, extra, max_attributes)
+            if made is not NotImplemented:
+                return made
         args = node.args
         if INDEX_ARGS[0] in args and INDEX_ARGS[1] in args:
             return None

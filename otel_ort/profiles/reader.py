@@ -43,9 +43,17 @@ import orjson
 from msgspec import Raw
 
 from otel_ort._util.gc_pause import gc_paused
+from otel_ort._util.native import NATIVE_WANTED
 from otel_ort.profiles.chrome import START_TIME_KEY
 from otel_ort.profiles.ort_events import OrtEvent, RawArgs, decode_events, raw_value
 from otel_ort.profiles.records import KernelRecord, NodeRecord, Profile, RunRecord
+
+try:
+    from otel_ort.profiles import _ort_nodes
+except ImportError:  # not built at install: every event is added in Python
+    _ort_nodes = None  # type: ignore[assignment]
+if not NATIVE_WANTED:  # OTEL_ORT_NATIVE=off
+    _ort_nodes = None  # type: ignore[assignment]
 
 _NODE_SUFFIX = "_kernel_time"
 _FENCE_SUFFIXES = ("_fence_before", "_fence_after")
@@ -77,9 +85,11 @@ def read_profile(path: str | os.PathLike[str], start_ns: int | None = None) -> P
     with gc_paused():
         events, truncated, declared_start = _load_events(path)
         parsed = _Parsed(path)
-        add = parsed.add_ort if events and type(events[0]) is OrtEvent else parsed.add
-        for event in events:
-            add(event)
+        if events and type(events[0]) is OrtEvent:
+            parsed.add_all_ort(events)
+        else:
+            for event in events:
+                parsed.add(event)
         if not parsed.usable:
             summary = "; ".join(parsed.problem_lines()) or "no events"
             raise ProfileError(path, f"holds no ORT run, node or kernel events ({summary})")
@@ -123,7 +133,7 @@ def _load_events(path: str) -> tuple[list[Any], bool, int | None]:
     """The file's events, whether it was cut short, and the start time it declares (files
     otel-ort enriched say it in ``otherData``)."""
     data = file_bytes(path)
-    if not data.strip():
+    if not data or data.isspace():  # not strip(): a copy of the file
         raise ProfileError(
             path,
             f"is empty ({len(data)} bytes): ORT leaves an empty file when a profiled run "
@@ -259,6 +269,17 @@ class _Parsed:
         if not isinstance(args, dict):
             args = {}
         self._add_complete(category, name, ts, dur, _tid(event), args)
+
+    def add_all_ort(self, events: list[OrtEvent]) -> None:
+        """``add_ort`` of each event; in C (``_ort_nodes``) where it was built, for the
+        events that become nodes once their op type and provider are cached."""
+        if _ort_nodes is not None:
+            _ort_nodes.node_records(
+                events, self.nodes, self._texts, self.add_ort, NodeRecord, RawArgs
+            )
+            return
+        for event in events:
+            self.add_ort(event)
 
     def add_ort(self, event: OrtEvent) -> None:
         """``add`` for an event decoded by type (its fields' types already checked)."""

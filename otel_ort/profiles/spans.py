@@ -188,12 +188,13 @@ class SpanBuilder:
                 drafts.append(kernel)
                 draft.start = min(draft.start, kernel.start)
                 draft.end = max(draft.end, kernel.end)
-        for at in sorted(emitted, key=lambda at: -_depth(at, held_by)):  # held ones first
+        held = [at for at in emitted if held_by[at] is not None]  # none without control flow
+        for at in sorted(held, key=lambda at: -_depth(at, held_by)):  # innermost first
             holder = held_by[at]
-            if holder is not None:  # a holder's span holds its nodes' spans
-                held, holding = made[at][0], made[holder][0]
-                holding.start = min(holding.start, held.start)
-                holding.end = max(holding.end, held.end)
+            assert holder is not None
+            inner, holding = made[at][0], made[holder][0]  # a holder's span holds its nodes'
+            holding.start = min(holding.start, inner.start)
+            holding.end = max(holding.end, inner.end)
         for at in emitted:
             holder = held_by[at]
             draft = made[at][0]
@@ -228,12 +229,13 @@ class SpanBuilder:
                 _SCOPE,
             )  # fmt: skip
             draft.encoded = parts
+            size = self._encoder.measure_parts(parts, parent_id, start, end)
         else:
             draft = self._draft(
                 clip(node.name), trace_id, parent_id, node_attributes(node, node_extra),
                 start, end,
             )  # fmt: skip
-        size = measure(draft)
+            size = measure(draft)
         kernels: list[SpanDraft] = []
         if node.kernels:
             kernels = [

@@ -144,7 +144,7 @@ class Converter:
             other_data["trace_id"] = format_trace_id(context.trace_id)
             other_data["span_id"] = format_span_id(context.span_id)
         try:
-            tracks = counts.tracks() if counts is not None else []
+            tracks = counts.track_text() if counts is not None else None
             deleted = publish_run(store, run.files, profile, other_data, run.thread, tracks)
         except Exception as exc:
             problems.append(f"keeping the profile failed: {exc!r}")

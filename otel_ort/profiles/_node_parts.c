@@ -1,0 +1,894 @@
+/* A node span's encoded attributes in C: NodeEncoder.parts's usual case, byte for byte.
+ *
+ * otel_ort/profiles/node_encoding.py is the reference. This module handles a node only when
+ * everything it meets is a case it knows and every cached piece it needs is in the Python
+ * encoder's caches (which it reads, never writes); otherwise it answers NotImplemented and
+ * the Python encoder does the whole node (filling its caches). So its output is the Python
+ * encoder's output, and the node spans of a model's later runs, whose names, op types and
+ * args repeat, are encoded here. A node's thread statistics, which change from run to run,
+ * are parsed here; any form other than ORT's plain one goes back to Python.
+ *
+ * The GIL is held throughout: the work is reading Python objects and a few hundred bytes.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define ATTRIBUTE_TAG 0x4A /* Span.attributes */
+#define SMALL_BUFFER 512
+
+/* -- an output buffer --------------------------------------------------------------- */
+
+typedef struct {
+    char *data;
+    Py_ssize_t size, capacity;
+    char small[SMALL_BUFFER];
+} Buffer;
+
+static void buffer_init(Buffer *b) {
+    b->data = b->small;
+    b->size = 0;
+    b->capacity = SMALL_BUFFER;
+}
+
+static void buffer_free(Buffer *b) {
+    if (b->data != b->small) PyMem_Free(b->data);
+}
+
+static int buffer_reserve(Buffer *b, Py_ssize_t more) {
+    if (b->size + more <= b->capacity) return 0;
+    Py_ssize_t capacity = b->capacity;
+    while (capacity < b->size + more) capacity *= 2;
+    char *data = PyMem_Malloc((size_t)capacity);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(data, b->data, (size_t)b->size);
+    if (b->data != b->small) PyMem_Free(b->data);
+    b->data = data;
+    b->capacity = capacity;
+    return 0;
+}
+
+static int buffer_add(Buffer *b, const char *bytes, Py_ssize_t size) {
+    if (buffer_reserve(b, size) < 0) return -1;
+    memcpy(b->data + b->size, bytes, (size_t)size);
+    b->size += size;
+    return 0;
+}
+
+static int buffer_add_bytes(Buffer *b, PyObject *bytes) {
+    return buffer_add(b, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes));
+}
+
+static int varint(char *out, uint64_t value) {
+    int n = 0;
+    while (value >= 0x80) {
+        out[n++] = (char)((value & 0x7F) | 0x80);
+        value >>= 7;
+    }
+    out[n++] = (char)value;
+    return n;
+}
+
+/* field(tag, payload)'s header: the tag, then the length (one byte below 0x80). */
+static int header(char *out, int tag, Py_ssize_t size) {
+    out[0] = (char)tag;
+    return 1 + varint(out + 1, (uint64_t)size);
+}
+
+/* attribute_entry(key_field, value): field(0x4A, key_field + field(0x12, value)). */
+static int add_entry(Buffer *b, PyObject *key_field, const char *value, Py_ssize_t size) {
+    char head[24];
+    Py_ssize_t key_size = PyBytes_GET_SIZE(key_field);
+    int inner = header(head + 12, 0x12, size);
+    int outer = header(head, ATTRIBUTE_TAG, key_size + inner + size);
+    if (buffer_reserve(b, outer + key_size + inner + size) < 0) return -1;
+    buffer_add(b, head, outer);
+    buffer_add(b, PyBytes_AS_STRING(key_field), key_size);
+    buffer_add(b, head + 12, inner);
+    buffer_add(b, value, size);
+    return 0;
+}
+
+/* An int64 attribute: AnyValue.int_value (0x18), the varint of its two's complement. */
+static int add_int(Buffer *b, PyObject *key_field, int64_t number) {
+    char value[11];
+    value[0] = 0x18;
+    int n = varint(value + 1, (uint64_t)number);
+    return add_entry(b, key_field, value, 1 + n);
+}
+
+/* A double attribute: AnyValue.double_value (0x21), little-endian. */
+static int add_double(Buffer *b, PyObject *key_field, double number) {
+    char value[9];
+    uint64_t bits;
+    memcpy(&bits, &number, sizeof bits);
+    value[0] = 0x21;
+    for (int i = 0; i < 8; i++) value[1 + i] = (char)(bits >> (8 * i));
+    return add_entry(b, key_field, value, 9);
+}
+
+/* An array of int64 values: AnyValue.array_value (0x2A), each value a field 0x0A. */
+static int add_int_array(Buffer *b, PyObject *key_field, const int64_t *numbers, Py_ssize_t n) {
+    Buffer items;
+    buffer_init(&items);
+    int result = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char item[13];
+        item[0] = 0x0A;
+        item[2] = 0x18;
+        int size = varint(item + 3, (uint64_t)numbers[i]);
+        item[1] = (char)(1 + size);
+        if (buffer_add(&items, item, 3 + size) < 0) goto done;
+    }
+    char head[12];
+    int h = header(head, 0x2A, items.size);
+    if (buffer_reserve(&items, h) < 0) goto done;
+    memmove(items.data + h, items.data, (size_t)items.size);
+    memcpy(items.data, head, (size_t)h);
+    items.size += h;
+    result = add_entry(b, key_field, items.data, items.size);
+done:
+    buffer_free(&items);
+    return result;
+}
+
+/* -- a node's thread statistics (ORT's plain JSON) ------------------------------------ */
+
+/* What the summary reads; a field absent or null is not "has". */
+typedef struct {
+    const char *pool;
+    Py_ssize_t pool_size;
+    int has_main, has_run, has_wait, has_subs;
+    int64_t run, wait;
+    __int128 tasks;
+    int64_t used;
+} Stats;
+
+typedef struct {
+    const char *at, *end;
+} Text;
+
+enum { PARSED = 0, UNKNOWN = 1 }; /* UNKNOWN: a form left to Python */
+
+static void skip_space(Text *t) {
+    while (t->at < t->end && (*t->at == ' ' || *t->at == '\n' || *t->at == '\r' || *t->at == '\t'))
+        t->at++;
+}
+
+static int expect(Text *t, char c) {
+    skip_space(t);
+    if (t->at >= t->end || *t->at != c) return UNKNOWN;
+    t->at++;
+    return PARSED;
+}
+
+/* A string without escapes: its bytes between the quotes. */
+static int plain_string(Text *t, const char **start, Py_ssize_t *size) {
+    skip_space(t);
+    if (t->at >= t->end || *t->at != '"') return UNKNOWN;
+    const char *s = ++t->at;
+    while (t->at < t->end && *t->at != '"') {
+        if (*t->at == '\\' || (unsigned char)*t->at < 0x20) return UNKNOWN;
+        t->at++;
+    }
+    if (t->at >= t->end) return UNKNOWN;
+    *start = s;
+    *size = t->at - s;
+    t->at++;
+    return PARSED;
+}
+
+/* [-]digits within int64 (Python's int() of such a text; leading zeros allowed). */
+static int digits(const char *s, Py_ssize_t size, int64_t *out) {
+    Py_ssize_t i = 0;
+    int negative = 0;
+    if (size > 0 && s[0] == '-') {
+        negative = 1;
+        i = 1;
+    }
+    if (i >= size) return UNKNOWN;
+    uint64_t value = 0;
+    for (; i < size; i++) {
+        if (s[i] < '0' || s[i] > '9') return UNKNOWN;
+        if (value > (UINT64_MAX - 9) / 10) return UNKNOWN;
+        value = value * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (negative) {
+        if (value > (uint64_t)INT64_MAX + 1) return UNKNOWN;
+        *out = (int64_t)(0 - value);
+    } else {
+        if (value > (uint64_t)INT64_MAX) return UNKNOWN;
+        *out = (int64_t)value;
+    }
+    return PARSED;
+}
+
+/* An int | str | null field read by int_value: a JSON integer, a string of [-]digits, or
+ * null (*has = 0). A string int() refuses gives None in Python: left to Python too. */
+static int int_field(Text *t, int *has, int64_t *out) {
+    skip_space(t);
+    if (t->at >= t->end) return UNKNOWN;
+    if (*t->at == 'n') {
+        if (t->end - t->at < 4 || memcmp(t->at, "null", 4) != 0) return UNKNOWN;
+        t->at += 4;
+        *has = 0;
+        return PARSED;
+    }
+    const char *s;
+    Py_ssize_t size;
+    if (*t->at == '"') {
+        if (plain_string(t, &s, &size) != PARSED) return UNKNOWN;
+    } else {
+        s = t->at;
+        while (t->at < t->end && (*t->at == '-' || (*t->at >= '0' && *t->at <= '9'))) t->at++;
+        size = t->at - s;
+        if (t->at < t->end && (*t->at == '.' || *t->at == 'e' || *t->at == 'E')) return UNKNOWN;
+    }
+    if (digits(s, size, out) != PARSED) return UNKNOWN;
+    *has = 1;
+    return PARSED;
+}
+
+/* Any JSON value, passed over (the text was already decoded once: it is valid JSON; any
+ * surprise is still UNKNOWN, never a read past the end). */
+static int skip_value(Text *t, int depth) {
+    skip_space(t);
+    if (t->at >= t->end || depth > 64) return UNKNOWN;
+    char c = *t->at;
+    if (c == '"') {
+        t->at++;
+        while (t->at < t->end && *t->at != '"') {
+            if (*t->at == '\\' && t->end - t->at < 2) return UNKNOWN;
+            t->at += (*t->at == '\\') ? 2 : 1;
+        }
+        if (t->at >= t->end) return UNKNOWN;
+        t->at++;
+        return PARSED;
+    }
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        t->at++;
+        skip_space(t);
+        if (t->at < t->end && *t->at == close) {
+            t->at++;
+            return PARSED;
+        }
+        for (;;) {
+            if (c == '{') { /* a key: a string */
+                skip_space(t);
+                if (t->at >= t->end || *t->at != '"' || skip_value(t, depth + 1) != PARSED)
+                    return UNKNOWN;
+                if (expect(t, ':') != PARSED) return UNKNOWN;
+            }
+            if (skip_value(t, depth + 1) != PARSED) return UNKNOWN;
+            skip_space(t);
+            if (t->at >= t->end) return UNKNOWN;
+            if (*t->at == ',') {
+                t->at++;
+                continue;
+            }
+            if (*t->at == close) {
+                t->at++;
+                return PARSED;
+            }
+            return UNKNOWN;
+        }
+    }
+    const char *s = t->at; /* a number, true, false or null */
+    while (t->at < t->end && *t->at && !strchr(",}] \n\r\t", *t->at)) t->at++;
+    return t->at > s ? PARSED : UNKNOWN;
+}
+
+/* Iterates an object's members: key and key_size (escape-free keys only), positioned at the
+ * value. Returns 1 for a member, 0 at the end, -1 (UNKNOWN) for anything else. */
+static int next_member(Text *t, int *first, const char **key, Py_ssize_t *key_size) {
+    skip_space(t);
+    if (t->at >= t->end) return -1;
+    if (*first) {
+        *first = 0;
+        if (*t->at == '}') {
+            t->at++;
+            return 0;
+        }
+    } else {
+        if (*t->at == '}') {
+            t->at++;
+            return 0;
+        }
+        if (*t->at != ',') return -1;
+        t->at++;
+    }
+    if (plain_string(t, key, key_size) != PARSED) return -1;
+    if (expect(t, ':') != PARSED) return -1;
+    return 1;
+}
+
+static int key_is(const char *key, Py_ssize_t size, const char *name) {
+    return (size_t)size == strlen(name) && memcmp(key, name, (size_t)size) == 0;
+}
+
+/* null or an object; *is_null says which. */
+static int object_or_null(Text *t, int *is_null) {
+    skip_space(t);
+    if (t->at < t->end && *t->at == 'n') {
+        if (t->end - t->at < 4 || memcmp(t->at, "null", 4) != 0) return UNKNOWN;
+        t->at += 4;
+        *is_null = 1;
+        return PARSED;
+    }
+    *is_null = 0;
+    return expect(t, '{');
+}
+
+static int main_thread(Text *t, Stats *s) {
+    int is_null, first = 1, r, seen_pool = 0, seen_run = 0, seen_wait = 0;
+    if (object_or_null(t, &is_null) != PARSED) return UNKNOWN;
+    if (is_null) return PARSED;
+    s->has_main = 1;
+    const char *key;
+    Py_ssize_t size;
+    while ((r = next_member(t, &first, &key, &size)) == 1) {
+        if (key_is(key, size, "thread_pool_name")) {
+            if (seen_pool++) return UNKNOWN; /* a repeated key: which one counts is msgspec's */
+            skip_space(t);
+            if (t->at < t->end && *t->at == 'n') {
+                if (skip_value(t, 0) != PARSED || s->pool != NULL) return UNKNOWN;
+                continue;
+            }
+            if (plain_string(t, &s->pool, &s->pool_size) != PARSED) return UNKNOWN;
+        } else if (key_is(key, size, "Run")) {
+            if (seen_run++ || int_field(t, &s->has_run, &s->run) != PARSED) return UNKNOWN;
+        } else if (key_is(key, size, "Wait")) {
+            if (seen_wait++ || int_field(t, &s->has_wait, &s->wait) != PARSED) return UNKNOWN;
+        } else if (skip_value(t, 0) != PARSED) {
+            return UNKNOWN;
+        }
+    }
+    return r == 0 ? PARSED : UNKNOWN;
+}
+
+#define MAX_SUB_THREADS 256
+
+static int sub_threads(Text *t, Stats *s) {
+    int is_null, first = 1, r;
+    const char *keys[MAX_SUB_THREADS];
+    Py_ssize_t sizes[MAX_SUB_THREADS];
+    int n = 0;
+    if (object_or_null(t, &is_null) != PARSED) return UNKNOWN;
+    if (is_null) return PARSED;
+    s->has_subs = 1;
+    const char *key;
+    Py_ssize_t size;
+    while ((r = next_member(t, &first, &key, &size)) == 1) {
+        if (n == MAX_SUB_THREADS) return UNKNOWN;
+        for (int i = 0; i < n; i++) /* a repeated thread: the dict keeps the last one */
+            if (sizes[i] == size && memcmp(keys[i], key, (size_t)size) == 0) return UNKNOWN;
+        keys[n] = key;
+        sizes[n++] = size;
+        if (expect(t, '{') != PARSED) return UNKNOWN; /* SubThreadStats: an object only */
+        int inner_first = 1, q, seen = 0, has = 0;
+        int64_t runs = 0;
+        const char *name;
+        Py_ssize_t name_size;
+        while ((q = next_member(t, &inner_first, &name, &name_size)) == 1) {
+            if (key_is(name, name_size, "num_run")) {
+                if (seen++ || int_field(t, &has, &runs) != PARSED) return UNKNOWN;
+            } else if (skip_value(t, 0) != PARSED) {
+                return UNKNOWN;
+            }
+        }
+        if (q != 0) return UNKNOWN;
+        if (has) { /* int_value(num_run) or 0 */
+            s->tasks += runs;
+            s->used += runs > 0;
+        }
+    }
+    return r == 0 ? PARSED : UNKNOWN;
+}
+
+static int parse_stats(const char *text, Py_ssize_t size, Stats *s) {
+    Text t = {text, text + size};
+    int first = 1, r, seen_main = 0, seen_subs = 0;
+    const char *key;
+    Py_ssize_t key_size;
+    memset(s, 0, sizeof *s);
+    if (expect(&t, '{') != PARSED) return UNKNOWN;
+    while ((r = next_member(&t, &first, &key, &key_size)) == 1) {
+        if (key_is(key, key_size, "main_thread")) {
+            if (seen_main++ || main_thread(&t, s) != PARSED) return UNKNOWN;
+        } else if (key_is(key, key_size, "sub_threads")) {
+            if (seen_subs++ || sub_threads(&t, s) != PARSED) return UNKNOWN;
+        } else if (skip_value(&t, 0) != PARSED) {
+            return UNKNOWN;
+        }
+    }
+    if (r != 0) return UNKNOWN;
+    skip_space(&t);
+    return t.at == t.end ? PARSED : UNKNOWN;
+}
+
+/* -- the encoder ---------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *names;      /* name -> (head, name entry) */
+    PyObject *op_types;   /* op type -> entry */
+    PyObject *providers;  /* provider -> entry */
+    PyObject *pools;      /* thread pool name -> entry */
+    PyObject *raw;        /* arg name -> {raw text: entry} | None */
+    PyObject *handlers;   /* arg name -> (kind, key field, cache) */
+    PyObject *int_kind;   /* the kind of an arg read as an integer */
+    PyObject *kinds;      /* arg name -> (kind, key field, texts): see arg_kind */
+    PyObject *extra;      /* extra key -> (key field, cache) */
+    PyObject *duration_key, *thread_id_key, *run_key, *wait_key, *used_key, *tasks_key;
+    PyObject *end;        /* the fields after the attributes */
+    PyObject *raw_args_type;
+    PyObject *stats_arg;  /* "thread_scheduling_stats" */
+    PyObject *index_args; /* ("node_index", "graph_index") */
+} Encoder;
+
+static PyObject *s_name, *s_op_type, *s_provider, *s_dur, *s_tid, *s_args, *s_raw;
+
+static int Encoder_init(Encoder *self, PyObject *args, PyObject *kwds) {
+    static char *keywords[] = {
+        "names", "op_types", "providers", "pools", "raw", "extra", "duration_key",
+        "thread_id_key", "run_key", "wait_key", "used_key", "tasks_key", "end",
+        "raw_args_type", "stats_arg", "index_args", "handlers", "int_kind", NULL,
+    };
+    PyObject *o[18];
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwds, "O!O!O!O!O!O!SSSSSSSOUO!O!O!:Encoder", keywords, &PyDict_Type, &o[0],
+            &PyDict_Type, &o[1], &PyDict_Type, &o[2], &PyDict_Type, &o[3], &PyDict_Type,
+            &o[4], &PyDict_Type, &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11], &o[12],
+            &o[13], &o[14], &PyTuple_Type, &o[15], &PyDict_Type, &o[16], &PyLong_Type, &o[17]))
+        return -1;
+    if (PyTuple_GET_SIZE(o[15]) != 2) {
+        PyErr_SetString(PyExc_ValueError, "index_args: two names");
+        return -1;
+    }
+    PyObject **fields[] = {
+        &self->names, &self->op_types, &self->providers, &self->pools, &self->raw,
+        &self->extra, &self->duration_key, &self->thread_id_key, &self->run_key,
+        &self->wait_key, &self->used_key, &self->tasks_key, &self->end,
+        &self->raw_args_type, &self->stats_arg, &self->index_args, &self->handlers,
+        &self->int_kind,
+    };
+    for (int i = 0; i < 18; i++) {
+        Py_INCREF(o[i]);
+        Py_XSETREF(*fields[i], o[i]);
+    }
+    Py_XSETREF(self->kinds, PyDict_New());
+    return self->kinds == NULL ? -1 : 0;
+}
+
+static int Encoder_traverse(Encoder *self, visitproc visit, void *arg) {
+    Py_VISIT(self->names);
+    Py_VISIT(self->op_types);
+    Py_VISIT(self->providers);
+    Py_VISIT(self->pools);
+    Py_VISIT(self->raw);
+    Py_VISIT(self->handlers);
+    Py_VISIT(self->kinds);
+    Py_VISIT(self->extra);
+    Py_VISIT(self->raw_args_type);
+    return 0;
+}
+
+static int Encoder_clear(Encoder *self) {
+    Py_CLEAR(self->names);
+    Py_CLEAR(self->op_types);
+    Py_CLEAR(self->providers);
+    Py_CLEAR(self->pools);
+    Py_CLEAR(self->raw);
+    Py_CLEAR(self->handlers);
+    Py_CLEAR(self->int_kind);
+    Py_CLEAR(self->kinds);
+    Py_CLEAR(self->extra);
+    Py_CLEAR(self->duration_key);
+    Py_CLEAR(self->thread_id_key);
+    Py_CLEAR(self->run_key);
+    Py_CLEAR(self->wait_key);
+    Py_CLEAR(self->used_key);
+    Py_CLEAR(self->tasks_key);
+    Py_CLEAR(self->end);
+    Py_CLEAR(self->raw_args_type);
+    Py_CLEAR(self->stats_arg);
+    Py_CLEAR(self->index_args);
+    return 0;
+}
+
+static void Encoder_dealloc(Encoder *self) {
+    PyObject_GC_UnTrack(self);
+    Encoder_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The outcome of one step: done, not this node (Python's turn), or an exception. */
+enum { OK = 0, PYTHON = 1, ERROR = -1 };
+
+/* A cached entry of a str value (the caches map only str keys to bytes). */
+static int cached_str(Buffer *b, PyObject *cache, PyObject *text, Py_ssize_t *count) {
+    if (!PyUnicode_CheckExact(text)) return PYTHON;
+    PyObject *piece = PyDict_GetItemWithError(cache, text);
+    if (piece == NULL) return PyErr_Occurred() ? ERROR : PYTHON;
+    if (!PyBytes_CheckExact(piece)) return PYTHON;
+    (*count)++;
+    return buffer_add_bytes(b, piece) < 0 ? ERROR : OK;
+}
+
+/* An exact int within int64 (a bool or a bigger int is Python's). */
+static int exact_int64(PyObject *value, int64_t *out) {
+    if (!PyLong_CheckExact(value)) return PYTHON;
+    int overflow;
+    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow) return PYTHON;
+    if (number == -1 && PyErr_Occurred()) return ERROR;
+    *out = (int64_t)number;
+    return OK;
+}
+
+static int record_pieces(Encoder *self, Buffer *b, PyObject *node, Py_ssize_t *count) {
+    PyObject *value = NULL;
+    int r;
+    value = PyObject_GetAttr(node, s_op_type);
+    if (value == NULL) return ERROR;
+    r = cached_str(b, self->op_types, value, count);
+    Py_DECREF(value);
+    if (r != OK) return r;
+    value = PyObject_GetAttr(node, s_provider);
+    if (value == NULL) return ERROR;
+    r = cached_str(b, self->providers, value, count);
+    Py_DECREF(value);
+    if (r != OK) return r;
+    value = PyObject_GetAttr(node, s_dur);
+    if (value == NULL) return ERROR;
+    double dur;
+    if (PyFloat_CheckExact(value)) {
+        dur = PyFloat_AS_DOUBLE(value);
+    } else if (PyLong_CheckExact(value)) {
+        dur = PyLong_AsDouble(value);
+        if (dur == -1.0 && PyErr_Occurred()) {
+            Py_DECREF(value);
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return ERROR;
+            PyErr_Clear();
+            return PYTHON;
+        }
+    } else {
+        Py_DECREF(value);
+        return PYTHON;
+    }
+    Py_DECREF(value);
+    if (add_double(b, self->duration_key, dur) < 0) return ERROR;
+    (*count)++;
+    value = PyObject_GetAttr(node, s_tid);
+    if (value == NULL) return ERROR;
+    if (value != Py_None) {
+        int64_t tid;
+        r = exact_int64(value, &tid);
+        if (r == OK) {
+            r = add_int(b, self->thread_id_key, tid) < 0 ? ERROR : OK;
+            (*count)++;
+        }
+        if (r != OK) {
+            Py_DECREF(value);
+            return r;
+        }
+    }
+    Py_DECREF(value);
+    return OK;
+}
+
+static int stats_pieces(Encoder *self, Buffer *b, const char *text, Py_ssize_t size,
+                        Py_ssize_t *count) {
+    Stats s;
+    if (parse_stats(text, size, &s) != PARSED) return PYTHON;
+    if (s.has_main) {
+        if (s.pool != NULL) {
+            PyObject *pool = PyUnicode_DecodeUTF8(s.pool, s.pool_size, "strict");
+            if (pool == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return ERROR;
+                PyErr_Clear();
+                return PYTHON;
+            }
+            int r = cached_str(b, self->pools, pool, count);
+            Py_DECREF(pool);
+            if (r != OK) return r;
+        }
+        if (s.has_run) {
+            if (add_int(b, self->run_key, s.run) < 0) return ERROR;
+            (*count)++;
+        }
+        if (s.has_wait) {
+            if (add_int(b, self->wait_key, s.wait) < 0) return ERROR;
+            (*count)++;
+        }
+    }
+    if (s.has_subs) {
+        if (s.tasks < INT64_MIN) return PYTHON; /* Python appends an empty piece for it */
+        int64_t tasks = s.tasks > INT64_MAX ? INT64_MAX : (int64_t)s.tasks;
+        if (add_int(b, self->used_key, 1 + s.used) < 0) return ERROR;
+        if (add_int(b, self->tasks_key, tasks) < 0) return ERROR;
+        *count += 2;
+    }
+    return OK;
+}
+
+/* How an arg is encoded, by its name: what the Python encoder's caches say, kept here as
+ * (kind, key field or None, texts or None) so that an arg costs one look-up. */
+enum { KIND_INT = 0, KIND_SHAPE = 1, KIND_NONE = 2, KIND_STATS = 3 };
+#define MAX_KINDS 16384
+
+static PyObject *arg_kind(Encoder *self, PyObject *key) {
+    PyObject *kind = PyDict_GetItemWithError(self->kinds, key);
+    if (kind != NULL || PyErr_Occurred()) return kind;
+    int is_stats = PyUnicode_CheckExact(key) ? PyUnicode_Compare(key, self->stats_arg) : 1;
+    if (is_stats == -1 && PyErr_Occurred()) return NULL;
+    if (is_stats == 0) {
+        kind = Py_BuildValue("(iOO)", KIND_STATS, Py_None, Py_None);
+    } else {
+        PyObject *texts = PyDict_GetItemWithError(self->raw, key);
+        if (texts == NULL || (texts != Py_None && !PyDict_CheckExact(texts))) return NULL;
+        if (texts == Py_None) { /* an arg that is no attribute */
+            kind = Py_BuildValue("(iOO)", KIND_NONE, Py_None, Py_None);
+        } else {
+            PyObject *handler = PyDict_GetItemWithError(self->handlers, key);
+            if (handler == NULL || !PyTuple_CheckExact(handler) ||
+                PyTuple_GET_SIZE(handler) != 3 || !PyBytes_CheckExact(PyTuple_GET_ITEM(handler, 1)))
+                return NULL;
+            int is_int =
+                PyObject_RichCompareBool(PyTuple_GET_ITEM(handler, 0), self->int_kind, Py_EQ);
+            if (is_int < 0) return NULL;
+            kind = is_int ? Py_BuildValue("(iOO)", KIND_INT, PyTuple_GET_ITEM(handler, 1), Py_None)
+                          : Py_BuildValue("(iOO)", KIND_SHAPE, Py_None, texts);
+        }
+    }
+    if (kind == NULL) return NULL;
+    if (PyDict_GET_SIZE(self->kinds) >= MAX_KINDS) PyDict_Clear(self->kinds);
+    int stored = PyDict_SetItem(self->kinds, key, kind);
+    Py_DECREF(kind); /* the dict holds it */
+    return stored < 0 ? NULL : kind;
+}
+
+static int arg_pieces(Encoder *self, Buffer *b, PyObject *raw_args, Py_ssize_t *count) {
+    PyObject *key, *raw;
+    Py_ssize_t position = 0;
+    while (PyDict_Next(raw_args, &position, &key, &raw)) {
+        PyObject *kind = arg_kind(self, key);
+        if (kind == NULL) return PyErr_Occurred() ? ERROR : PYTHON;
+        long code = PyLong_AsLong(PyTuple_GET_ITEM(kind, 0));
+        if (code == KIND_NONE) continue;
+        Py_buffer view;
+        if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) {
+            PyErr_Clear();
+            return PYTHON;
+        }
+        int r = OK;
+        if (code == KIND_STATS) {
+            r = stats_pieces(self, b, view.buf, view.len, count);
+        } else if (code == KIND_INT) { /* "1024" or 1024: read here, as int_of reads it */
+            Text t = {view.buf, (const char *)view.buf + view.len};
+            int has = 0;
+            int64_t number = 0;
+            r = int_field(&t, &has, &number) == PARSED ? OK : PYTHON;
+            skip_space(&t);
+            if (r == OK && (!has || t.at != t.end)) r = PYTHON;
+            if (r == OK) {
+                r = add_int(b, PyTuple_GET_ITEM(kind, 1), number) < 0 ? ERROR : OK;
+                (*count)++;
+            }
+        } else { /* a shape: the Python encoder's piece for this text, if it has one */
+            PyObject *text = PyBytes_FromStringAndSize(view.buf, view.len);
+            PyObject *piece = NULL;
+            if (text == NULL) {
+                r = ERROR;
+            } else {
+                piece = PyDict_GetItemWithError(PyTuple_GET_ITEM(kind, 2), text);
+                Py_DECREF(text);
+                if (piece == NULL || !PyBytes_CheckExact(piece)) {
+                    r = PyErr_Occurred() ? ERROR : PYTHON;
+                    /* its texts may be a dict the Python encoder started again: ask anew */
+                    if (r == PYTHON && PyDict_DelItem(self->kinds, key) < 0) r = ERROR;
+                } else if (PyBytes_GET_SIZE(piece)) {
+                    r = buffer_add_bytes(b, piece) < 0 ? ERROR : OK;
+                    (*count)++;
+                }
+            }
+        }
+        PyBuffer_Release(&view);
+        if (r != OK) return r;
+    }
+    return OK;
+}
+
+#define MAX_SPLIT 1024
+
+static int extra_pieces(Encoder *self, Buffer *b, PyObject *extra, Py_ssize_t *count) {
+    PyObject *key, *value;
+    Py_ssize_t position = 0;
+    while (PyDict_Next(extra, &position, &key, &value)) {
+        PyObject *cached = PyDict_GetItemWithError(self->extra, key);
+        if (cached == NULL) return PyErr_Occurred() ? ERROR : PYTHON;
+        if (!PyTuple_CheckExact(cached) || PyTuple_GET_SIZE(cached) != 2) return PYTHON;
+        PyObject *key_field = PyTuple_GET_ITEM(cached, 0);
+        if (!PyBytes_CheckExact(key_field)) return PYTHON;
+        int r;
+        if (PyLong_CheckExact(value)) { /* a perf count */
+            int64_t number;
+            r = exact_int64(value, &number);
+            if (r != OK) return r;
+            if (add_int(b, key_field, number) < 0) return ERROR;
+        } else if (PyList_CheckExact(value)) { /* its split by thread */
+            Py_ssize_t n = PyList_GET_SIZE(value);
+            int64_t numbers[MAX_SPLIT];
+            if (n > MAX_SPLIT) return PYTHON;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                r = exact_int64(PyList_GET_ITEM(value, i), &numbers[i]);
+                if (r != OK) return r;
+            }
+            if (add_int_array(b, key_field, numbers, n) < 0) return ERROR;
+        } else {
+            return PYTHON;
+        }
+        (*count)++;
+    }
+    return OK;
+}
+
+static int node_parts(Encoder *self, PyObject *node, PyObject *extra, PyObject *max_attributes,
+                      Buffer *b, PyObject **head) {
+    PyObject *args = NULL, *raw_args = NULL, *name = NULL;
+    Py_ssize_t count = 0;
+    int r = ERROR;
+    args = PyObject_GetAttr(node, s_args);
+    if (args == NULL) goto done;
+    if ((PyObject *)Py_TYPE(args) != self->raw_args_type) {
+        r = PYTHON;
+        goto done;
+    }
+    raw_args = PyObject_GetAttr(args, s_raw);
+    if (raw_args == NULL) goto done;
+    if (!PyDict_CheckExact(raw_args)) {
+        r = PYTHON;
+        goto done;
+    }
+    int has_node = PyDict_Contains(raw_args, PyTuple_GET_ITEM(self->index_args, 0));
+    int has_graph = PyDict_Contains(raw_args, PyTuple_GET_ITEM(self->index_args, 1));
+    if (has_node < 0 || has_graph < 0) goto done;
+    if (has_node && has_graph) { /* both become onnxruntime.node.index: the dict path's */
+        *head = Py_None;
+        Py_INCREF(Py_None);
+        r = OK;
+        goto done;
+    }
+    name = PyObject_GetAttr(node, s_name);
+    if (name == NULL) goto done;
+    PyObject *named = PyUnicode_CheckExact(name) ? PyDict_GetItemWithError(self->names, name)
+                                                 : NULL;
+    if (named == NULL) {
+        r = PyErr_Occurred() ? ERROR : PYTHON;
+        goto done;
+    }
+    if (!PyTuple_CheckExact(named) || PyTuple_GET_SIZE(named) != 2 ||
+        !PyBytes_CheckExact(PyTuple_GET_ITEM(named, 0)) ||
+        !PyBytes_CheckExact(PyTuple_GET_ITEM(named, 1))) {
+        r = PYTHON;
+        goto done;
+    }
+    if (buffer_add_bytes(b, PyTuple_GET_ITEM(named, 1)) < 0) goto done;
+    count = 1;
+    if ((r = record_pieces(self, b, node, &count)) != OK) goto done;
+    if ((r = arg_pieces(self, b, raw_args, &count)) != OK) goto done;
+    if (extra != Py_None) {
+        if (!PyDict_CheckExact(extra)) {
+            r = PYTHON;
+            goto done;
+        }
+        if ((r = extra_pieces(self, b, extra, &count)) != OK) goto done;
+    }
+    if (max_attributes != Py_None) {
+        Py_ssize_t limit = PyNumber_AsSsize_t(max_attributes, NULL);
+        if (limit == -1 && PyErr_Occurred()) {
+            r = ERROR;
+            goto done;
+        }
+        if (count > limit) {
+            *head = Py_None;
+            Py_INCREF(Py_None);
+            r = OK;
+            goto done;
+        }
+    }
+    if (buffer_add_bytes(b, self->end) < 0) {
+        r = ERROR;
+        goto done;
+    }
+    *head = PyTuple_GET_ITEM(named, 0);
+    Py_INCREF(*head);
+    r = OK;
+done:
+    Py_XDECREF(args);
+    Py_XDECREF(raw_args);
+    Py_XDECREF(name);
+    return r;
+}
+
+static PyObject *Encoder_parts(Encoder *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "parts(node, extra, max_attributes)");
+        return NULL;
+    }
+    if (self->names == NULL) {
+        PyErr_SetString(PyExc_ValueError, "Encoder not initialised");
+        return NULL;
+    }
+    Buffer b;
+    buffer_init(&b);
+    PyObject *head = NULL, *result = NULL;
+    int r = node_parts(self, args[0], args[1], args[2], &b, &head);
+    if (r == OK) {
+        if (head == Py_None) {
+            result = head;
+        } else {
+            PyObject *body = PyBytes_FromStringAndSize(b.data, b.size);
+            if (body != NULL) result = PyTuple_Pack(2, head, body);
+            Py_XDECREF(body);
+            Py_DECREF(head);
+        }
+    } else if (r == PYTHON) {
+        result = Py_NotImplemented;
+        Py_INCREF(result);
+    }
+    buffer_free(&b);
+    return result;
+}
+
+static PyMethodDef Encoder_methods[] = {
+    {"parts", (PyCFunction)(void (*)(void))Encoder_parts, METH_FASTCALL,
+     "parts(node, extra, max_attributes): NodeEncoder.parts's answer, or NotImplemented when "
+     "the node is the Python encoder's."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject EncoderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "otel_ort.profiles._node_parts.Encoder",
+    .tp_basicsize = sizeof(Encoder),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A NodeEncoder's usual case in C, reading its caches.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Encoder_init,
+    .tp_dealloc = (destructor)Encoder_dealloc,
+    .tp_traverse = (traverseproc)Encoder_traverse,
+    .tp_clear = (inquiry)Encoder_clear,
+    .tp_methods = Encoder_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "otel_ort.profiles._node_parts",
+    "Node span attributes encoded in C (see node_encoding.py).", -1, NULL, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__node_parts(void) {
+    if (PyType_Ready(&EncoderType) < 0) return NULL;
+    s_name = PyUnicode_InternFromString("name");
+    s_op_type = PyUnicode_InternFromString("op_type");
+    s_provider = PyUnicode_InternFromString("provider");
+    s_dur = PyUnicode_InternFromString("dur");
+    s_tid = PyUnicode_InternFromString("tid");
+    s_args = PyUnicode_InternFromString("args");
+    s_raw = PyUnicode_InternFromString("raw");
+    if (!s_name || !s_op_type || !s_provider || !s_dur || !s_tid || !s_args || !s_raw)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&EncoderType);
+    if (PyModule_AddObject(m, "Encoder", (PyObject *)&EncoderType) < 0) {
+        Py_DECREF(&EncoderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
