@@ -5,6 +5,7 @@ counter tracks' text. Where a C part was not built (outside CI), its tests are s
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -16,14 +17,18 @@ from typing import Any
 import pytest
 from msgspec import Raw
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import TraceState
 
 from otel_ort.export.otlp_encoding import ProtobufSpans
-from otel_ort.profiles import read_profile, reader
+from otel_ort.profiles import node_encoding, read_profile, reader
+from otel_ort.profiles.node_attributes import node_attributes
 from otel_ort.profiles.node_encoding import NodeEncoder
 from otel_ort.profiles.ort_events import OrtEvent, RawArgs
 from otel_ort.profiles.records import NodeRecord, Profile
-from otel_ort.profiles.span_draft import SpanDraft
+from otel_ort.profiles.span_draft import DeferredAttributes, SpanDraft
+from otel_ort.profiles.spans import SpanBuilder
 from tests.helpers.native import native_part
 from tests.helpers.profiles import (
     kernel_event,
@@ -293,3 +298,80 @@ def test_a_bad_otel_ort_native_is_logged_and_the_c_parts_used() -> None:
     )
     assert done.stdout.strip() == "True"
     assert "OTEL_ORT_NATIVE='fast' is neither 'on' nor 'off'" in done.stderr
+
+
+class _Sequential(IdGenerator):
+    """Ids 1, 2, 3...: two builders give the same ids to the same spans."""
+
+    def __init__(self) -> None:
+        self._next = itertools.count(1)
+
+    def generate_span_id(self) -> int:
+        return next(self._next)
+
+    def generate_trace_id(self) -> int:
+        return next(self._next)
+
+
+def _drafts(builder: SpanBuilder, profile: Profile, extras: list[Any]) -> list[Any]:
+    drafts = []
+    for run in profile.runs:
+        for draft in builder.run_drafts(profile, run, node_extra=extras):
+            drafts.append(
+                (draft.name, draft.trace_id, draft.span_id, draft.parent_id, draft.start,
+                 draft.end, dict(draft.attributes), draft.encoded, ProtobufSpans().span(draft))
+            )  # fmt: skip
+    return drafts
+
+
+@pytest.mark.parametrize("limits", [{}, {"max_attributes": 9}, {"max_attribute_length": 8}])
+def test_node_span_drafts_are_made_in_c_as_in_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limits: dict[str, int]
+) -> None:
+    profile = read_profile(session_level_profile(tmp_path, depth=8, runs=3), 0)
+    profile.start_ns = 1_795_000_000_123_456_789
+    extras: list[dict[str, Any]] = [
+        {"perf.task-clock": 1000 + k, "perf.x.by_thread": [k, 1]} for k in range(24)
+    ]
+    resource = Resource.create({"service.name": "drafts"})
+
+    def provider() -> TracerProvider:
+        return TracerProvider(
+            resource=resource, span_limits=SpanLimits(**limits), id_generator=_Sequential()
+        )
+
+    native = SpanBuilder(provider())
+    monkeypatch.setattr(node_encoding, "_node_parts", None)
+    python = SpanBuilder(provider())
+    assert native._nodes.native and not python._nodes.native
+    for _ in range(2):  # cold, then from the encoder's caches (the C part's case)
+        assert _drafts(native, profile, extras) == _drafts(python, profile, extras)
+    node = profile.runs[0].nodes[0]
+    made = native._nodes.draft(node, extras[0], None, (profile.start_ns, 1, 2), native._kit)
+    assert made is not None or limits  # without limits, these tests compared C's drafts
+
+
+def test_times_the_c_part_cannot_take_go_to_python() -> None:
+    encoder = NodeEncoder()
+    kit = (SpanDraft, DeferredAttributes, node_attributes, Resource.get_empty(), None, 1024)
+    for ts, dur in [(1.5, 2), (10, 0.25), (2**60, 1), (float("nan"), 1), (1e300, 1)]:
+        record = raw_node({"output_size": b'"1"'}, dur=dur)
+        record.ts = ts
+        encoder.parts(record, None, None)  # cached
+        try:
+            expected: Any = ProtobufSpans.measure_parts(
+                encoder.parts(record, None, None) or (b"", b""), 2, 7 + int(ts * 1000),
+                7 + int(record.end * 1000),
+            )  # fmt: skip
+        except (ValueError, OverflowError):
+            expected = None
+        made = encoder.draft(record, None, None, (7, 1, 2), kit)
+        if made is not None:
+            draft, size = made
+            assert (draft.start, draft.end, size) == (
+                7 + int(ts * 1000),
+                7 + int(record.end * 1000),
+                expected,
+            )
+        else:
+            assert ts != ts or abs(ts) > 2**53 or ts == 1e300  # NaN, huge: Python's

@@ -431,7 +431,8 @@ typedef struct {
     PyObject *index_args; /* ("node_index", "graph_index") */
 } Encoder;
 
-static PyObject *s_name, *s_op_type, *s_provider, *s_dur, *s_tid, *s_args, *s_raw;
+static PyObject *s_name, *s_op_type, *s_provider, *s_dur, *s_tid, *s_args, *s_raw, *s_ts,
+    *s_kernels, *s_encoded;
 
 static int Encoder_init(Encoder *self, PyObject *args, PyObject *kwds) {
     static char *keywords[] = {
@@ -846,10 +847,164 @@ static PyObject *Encoder_parts(Encoder *self, PyObject *const *args, Py_ssize_t 
     return result;
 }
 
+/* -- a node's span draft ----------------------------------------------------------------- */
+
+/* base + int(us * 1000), as Python computes it for an int or a float number of µs. */
+static int ns_of(int64_t base, int exact, int64_t whole, double fraction, int64_t *out) {
+    int64_t rel;
+    if (exact) {
+        if (whole > INT64_MAX / 1000 || whole < INT64_MIN / 1000) return PYTHON;
+        rel = whole * 1000;
+    } else {
+        double ns = fraction * 1000.0;
+        if (!(ns > -9.2e18 && ns < 9.2e18)) return PYTHON; /* NaN, inf, out of int64 */
+        rel = (int64_t)ns;                                 /* toward zero, as int() */
+    }
+    if ((rel > 0 && base > INT64_MAX - rel) || (rel < 0 && base < INT64_MIN - rel)) return PYTHON;
+    *out = base + rel;
+    return OK;
+}
+
+/* An exact int (within +-2**53, so that float() of it is exact) or a float. */
+static int number_of(PyObject *value, int *exact, int64_t *whole, double *fraction) {
+    if (PyFloat_CheckExact(value)) {
+        *exact = 0;
+        *fraction = PyFloat_AS_DOUBLE(value);
+        return OK;
+    }
+    int64_t v;
+    int r = exact_int64(value, &v);
+    if (r != OK) return r;
+    if (v > (1LL << 53) || v < -(1LL << 53)) return PYTHON;
+    *exact = 1;
+    *whole = v;
+    *fraction = (double)v;
+    return OK;
+}
+
+static Py_ssize_t framed(Py_ssize_t size) {
+    char scratch[11];
+    return 1 + varint(scratch, (uint64_t)size) + size;
+}
+
+/* SpanBuilder._measured's usual case: (draft, size), or PYTHON. */
+static int node_draft(Encoder *self, PyObject *const *args, PyObject **result) {
+    PyObject *node = args[0], *extra = args[1], *max_attributes = args[2], *kit = args[6];
+    PyObject *ts = NULL, *dur = NULL, *name = NULL, *kernels = NULL, *parts = NULL,
+             *attributes = NULL, *draft = NULL, *start_obj = NULL, *end_obj = NULL;
+    int r = ERROR;
+    int64_t base, start, end;
+    if (!PyTuple_CheckExact(kit) || PyTuple_GET_SIZE(kit) != 6) {
+        PyErr_SetString(PyExc_TypeError, "kit: (draft type, deferred type, make, resource, "
+                                         "scope, max text)");
+        return ERROR;
+    }
+    if ((r = exact_int64(args[3], &base)) != OK) return r;
+    ts = PyObject_GetAttr(node, s_ts);
+    dur = ts ? PyObject_GetAttr(node, s_dur) : NULL;
+    name = dur ? PyObject_GetAttr(node, s_name) : NULL;
+    kernels = name ? PyObject_GetAttr(node, s_kernels) : NULL;
+    if (kernels == NULL) goto done;
+    r = PYTHON;
+    Py_ssize_t max_text = PyLong_AsSsize_t(PyTuple_GET_ITEM(kit, 5));
+    if (max_text == -1 && PyErr_Occurred()) {
+        r = ERROR;
+        goto done;
+    }
+    if (!PyUnicode_CheckExact(name) || PyUnicode_GET_LENGTH(name) > max_text) goto done;
+    if (!PyList_CheckExact(kernels) || PyList_GET_SIZE(kernels)) goto done; /* GPU kernels */
+    int ts_exact, dur_exact;
+    int64_t ts_whole = 0, dur_whole = 0;
+    double ts_fraction, dur_fraction;
+    if ((r = number_of(ts, &ts_exact, &ts_whole, &ts_fraction)) != OK) goto done;
+    if ((r = number_of(dur, &dur_exact, &dur_whole, &dur_fraction)) != OK) goto done;
+    if ((r = ns_of(base, ts_exact, ts_whole, ts_fraction, &start)) != OK) goto done;
+    int both = ts_exact && dur_exact; /* node.end = ts + dur */
+    if (both && ((dur_whole > 0 && ts_whole > INT64_MAX - dur_whole) ||
+                 (dur_whole < 0 && ts_whole < INT64_MIN - dur_whole))) {
+        r = PYTHON;
+        goto done;
+    }
+    if ((r = ns_of(base, both, ts_whole + (both ? dur_whole : 0), ts_fraction + dur_fraction,
+                   &end)) != OK)
+        goto done;
+    PyObject *part_args[3] = {node, extra, max_attributes};
+    parts = Encoder_parts(self, part_args, 3);
+    if (parts == NULL) {
+        r = ERROR;
+        goto done;
+    }
+    if (!PyTuple_CheckExact(parts)) { /* None (the dict path's) or NotImplemented */
+        r = PYTHON;
+        goto done;
+    }
+    PyObject *make_args[3] = {PyTuple_GET_ITEM(kit, 2), node, extra};
+    attributes = PyObject_Vectorcall(PyTuple_GET_ITEM(kit, 1), make_args, 3, NULL);
+    start_obj = PyLong_FromLongLong(start);
+    end_obj = PyLong_FromLongLong(end);
+    if (attributes == NULL || start_obj == NULL || end_obj == NULL) {
+        r = ERROR;
+        goto done;
+    }
+    PyObject *zero = PyLong_FromLong(0);
+    PyObject *draft_args[9] = {args[4], zero, args[5], name, start_obj, end_obj, attributes,
+                               PyTuple_GET_ITEM(kit, 3), PyTuple_GET_ITEM(kit, 4)};
+    draft = zero ? PyObject_Vectorcall(PyTuple_GET_ITEM(kit, 0), draft_args, 9, NULL) : NULL;
+    Py_XDECREF(zero);
+    if (draft == NULL || PyObject_SetAttr(draft, s_encoded, parts) < 0) {
+        r = ERROR;
+        goto done;
+    }
+    int parent = PyObject_IsTrue(args[5]); /* measure_parts: 10 bytes for a parent id */
+    if (parent < 0) {
+        r = ERROR;
+        goto done;
+    }
+    Py_ssize_t size = PyBytes_GET_SIZE(PyTuple_GET_ITEM(parts, 0)) +
+                      PyBytes_GET_SIZE(PyTuple_GET_ITEM(parts, 1)) + 28 + (parent ? 10 : 0) +
+                      (start ? 9 : 0) + (end ? 9 : 0);
+    *result = Py_BuildValue("(On)", draft, framed(size));
+    r = *result ? OK : ERROR;
+done:
+    Py_XDECREF(ts);
+    Py_XDECREF(dur);
+    Py_XDECREF(name);
+    Py_XDECREF(kernels);
+    Py_XDECREF(parts);
+    Py_XDECREF(attributes);
+    Py_XDECREF(draft);
+    Py_XDECREF(start_obj);
+    Py_XDECREF(end_obj);
+    return r;
+}
+
+static PyObject *Encoder_draft(Encoder *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "draft(node, extra, max_attributes, base, trace_id, parent_id, kit)");
+        return NULL;
+    }
+    if (self->names == NULL) {
+        PyErr_SetString(PyExc_ValueError, "Encoder not initialised");
+        return NULL;
+    }
+    PyObject *result = NULL;
+    int r = node_draft(self, args, &result);
+    if (r == PYTHON) {
+        result = Py_NotImplemented;
+        Py_INCREF(result);
+    }
+    return r == ERROR ? NULL : result;
+}
+
 static PyMethodDef Encoder_methods[] = {
     {"parts", (PyCFunction)(void (*)(void))Encoder_parts, METH_FASTCALL,
      "parts(node, extra, max_attributes): NodeEncoder.parts's answer, or NotImplemented when "
      "the node is the Python encoder's."},
+    {"draft", (PyCFunction)(void (*)(void))Encoder_draft, METH_FASTCALL,
+     "draft(node, extra, max_attributes, base, trace_id, parent_id, kit): SpanBuilder's "
+     "(draft, size) of a node span without kernels, or NotImplemented (kit: the draft type, "
+     "the deferred attributes' type and maker, the resource, the scope, the longest name)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -880,7 +1035,11 @@ PyMODINIT_FUNC PyInit__node_parts(void) {
     s_tid = PyUnicode_InternFromString("tid");
     s_args = PyUnicode_InternFromString("args");
     s_raw = PyUnicode_InternFromString("raw");
-    if (!s_name || !s_op_type || !s_provider || !s_dur || !s_tid || !s_args || !s_raw)
+    s_ts = PyUnicode_InternFromString("ts");
+    s_kernels = PyUnicode_InternFromString("kernels");
+    s_encoded = PyUnicode_InternFromString("encoded");
+    if (!s_name || !s_op_type || !s_provider || !s_dur || !s_tid || !s_args || !s_raw || !s_ts ||
+        !s_kernels || !s_encoded)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

@@ -27,3 +27,13 @@ class Encoder:
     def parts(
         self, node: Any, extra: Any, max_attributes: int | None
     ) -> tuple[bytes, bytes] | NotImplementedType | None: ...
+    def draft(
+        self,
+        node: Any,
+        extra: Any,
+        max_attributes: int | None,
+        base: int,
+        trace_id: int,
+        parent_id: int,
+        kit: tuple[Any, ...],
+    ) -> tuple[Any, int] | NotImplementedType: ...

@@ -65,7 +65,7 @@ from otel_ort.profiles.node_attributes import (
 )
 from otel_ort.profiles.ort_events import RawArgs, ThreadStats, decode_stats, raw_value
 from otel_ort.profiles.records import NodeRecord
-from otel_ort.profiles.span_draft import SpanDraft
+from otel_ort.profiles.span_draft import DeferredAttributes, SpanDraft
 
 try:
     from otel_ort.profiles import _node_parts
@@ -111,6 +111,10 @@ def _plain_parts() -> tuple[bytes, bytes]:
 
 
 _KIND, _END = _plain_parts()
+
+DraftKit = tuple[type[SpanDraft], type[DeferredAttributes], Callable[..., Any], Resource, Any, int]
+"""What a node span's draft is made with: its type, the deferred attributes' type and what
+makes them, the resource, the scope, the longest name (``MAX_TEXT``)."""
 
 
 def span_attribute(key: str, value: Any) -> bytes:
@@ -167,6 +171,22 @@ class NodeEncoder:
     def native(self) -> bool:
         """Whether the C part encodes the nodes it can."""
         return self._native is not None
+
+    def draft(
+        self,
+        node: NodeRecord,
+        extra: Mapping[str, AttributeValue] | None,
+        max_attributes: int | None,
+        place: tuple[int, int, int],
+        kit: DraftKit,
+    ) -> tuple[SpanDraft, int] | None:
+        """A node span's draft without kernels, its attributes encoded, and its size, made in
+        C (``SpanBuilder._measured``'s usual case); ``None`` when that is not the C part's.
+        ``place``: the profile's start (ns), the trace id, the parent span id."""
+        if self._native is None:
+            return None
+        made = self._native.draft(node, extra, max_attributes, *place, kit)
+        return None if made is NotImplemented else made
 
     def _native_encoder(self) -> _node_parts.Encoder:
         """The C part, reading this encoder's caches."""

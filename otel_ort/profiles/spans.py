@@ -43,11 +43,11 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_ort import semconv
 from otel_ort._util.gc_pause import gc_paused
-from otel_ort._util.text_limits import clip
+from otel_ort._util.text_limits import MAX_TEXT, clip
 from otel_ort.export.otlp_encoding import ProtobufSpans
 from otel_ort.export.sdk_internals import span_limits
 from otel_ort.profiles.node_attributes import int_value, node_attributes
-from otel_ort.profiles.node_encoding import NodeEncoder
+from otel_ort.profiles.node_encoding import DraftKit, NodeEncoder
 from otel_ort.profiles.records import KernelRecord, NodeRecord, Profile, RunRecord, holders
 from otel_ort.profiles.span_draft import DeferredAttributes, SpanDraft
 from otel_ort.version import __version__
@@ -88,6 +88,9 @@ class SpanBuilder:
         self.max_trace_bytes = max_trace_bytes
         self._encoder = ProtobufSpans(_UNIQUE_KEYS)
         self._nodes = NodeEncoder()
+        self._kit: DraftKit = (
+            SpanDraft, DeferredAttributes, node_attributes, self._resource, _SCOPE, MAX_TEXT
+        )  # fmt: skip
 
     def run_drafts(
         self,
@@ -167,8 +170,20 @@ class SpanBuilder:
         unmatched_sizes = [measure(kernel) for kernel in unmatched]
         made: dict[int, tuple[SpanDraft, list[SpanDraft]]] = {}
 
+        place = (base, trace_id, parent_id)
+        in_c = self._max_length is None  # (span limits' value lengths: the dict path's)
+        drafted = self._nodes.draft
+
         def node_size(at: int) -> int:
             node_extra = extra[at] if at < len(extra) else None
+            one = (
+                drafted(nodes[at], node_extra, self._max_attributes, place, self._kit)
+                if in_c
+                else None
+            )
+            if one is not None:  # in C: a node without kernels, its attributes encoded
+                made[at] = one[0], []
+                return one[1]
             draft, kernels, size = self._measured(nodes[at], base, trace_id, parent_id, node_extra)
             made[at] = draft, kernels
             return size
