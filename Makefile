@@ -12,7 +12,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test lint unit e2e e2e-phoenix browser wrk up down bench clean
 
-$(STAMP): pyproject.toml setup.py $(wildcard otel_ort/*/*.c)  # the C parts: built at install
+$(STAMP): pyproject.toml setup.py $(wildcard otel_ort/*/*.c otel_ort/*/*.h)  # the C parts: built at install
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"

@@ -7,11 +7,12 @@ install goes on and otel-ort does the same work in Python, with the same output
 
 from setuptools import Extension, setup
 
+_HEADERS = ["otel_ort/profiles/_json_text.h"]
 _FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror=implicit"]
 
 setup(
     ext_modules=[
-        Extension(name, [source], extra_compile_args=_FLAGS, optional=True)
+        Extension(name, [source], depends=_HEADERS, extra_compile_args=_FLAGS, optional=True)
         for name, source in (
             ("otel_ort.profiles._ort_nodes", "otel_ort/profiles/_ort_nodes.c"),
             ("otel_ort.profiles._node_parts", "otel_ort/profiles/_node_parts.c"),

@@ -100,10 +100,14 @@ def both(record: NodeRecord, extra: dict[str, Any] | None, limit: int | None = N
     return native._native.parts(record, extra, limit) is not NotImplemented
 
 
+def args_text(args: dict[str, bytes], space: bytes = b" ") -> Raw:
+    """An args object's text as ORT writes it (a space around each colon), of raw values."""
+    members = [json.dumps(k).encode() + space + b":" + space + v for k, v in args.items()]
+    return Raw(b"{" + b",".join(members) + b"}")
+
+
 def raw_node(args: dict[str, bytes], dur: Any = 12, tid: Any = 7, name: str = "n") -> NodeRecord:
-    return NodeRecord(
-        10, dur, name, "Conv", "CPU", tid, RawArgs({k: Raw(v) for k, v in args.items()})
-    )
+    return NodeRecord(10, dur, name, "Conv", "CPU", tid, RawArgs(args_text(args)))
 
 
 def test_a_real_models_nodes_are_encoded_in_c_as_in_python(tmp_path: Path) -> None:
@@ -375,3 +379,43 @@ def test_times_the_c_part_cannot_take_go_to_python() -> None:
             )
         else:
             assert ts != ts or abs(ts) > 2**53 or ts == 1e300  # NaN, huge: Python's
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"output_size" : "1", "output_size" : "2"}',  # a name twice: the last value, first place
+        b'{"output\\u005fsize" : "1", "mem_arena" : "2"}',  # an escaped name
+        b'{"output_size":"1","input_type_shape":[{"float":[1,3]}]}',  # no spaces
+        b'{ "output_size" : 7 , "thread_scheduling_stats" : {"sub_threads": {}} }',
+        b"{}",
+        b"[]",
+        b'"not an object"',
+        b'{"node_index" : "1", "graph_index" : "2"}',  # both: the dict path's
+    ],
+)
+def test_args_texts_of_any_form_are_encoded_in_c_as_in_python(text: bytes) -> None:
+    record = NodeRecord(10, 12, "n", "Conv", "CPU", 7, RawArgs(Raw(text)))
+    both(record, None)
+    both(record, {"perf.a": 1})
+
+
+def test_a_node_naming_its_op_type_twice_is_read_as_the_general_reader_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    event = (
+        b'{"cat" : "Node","pid" :1,"tid" :2,"dur" :5,"ts" :%d,"ph" : "X","name" :"n%d_kernel_time",'
+        b'"args" : {"op_name" : "Conv", "provider" : "CPU", "op_name" : "Relu"}}'
+    )
+    run = (
+        b'{"cat" : "Session","pid" :1,"tid" :2,"dur" :100,"ts" :0,"ph" : "X",'
+        b'"name" :"model_run","args" : {}}'
+    )
+    path = tmp_path / "twice.json"
+    path.write_bytes(b"[" + b",".join([run, *(event % (10 + k, k) for k in range(3))]) + b"]")
+    native = read_profile(path, 0)
+    assert all(type(e) is OrtEvent for e in native.events)
+    monkeypatch.setattr(reader, "_ort_nodes", None)
+    python = read_profile(path, 0)
+    assert records(native) == records(python)
+    assert [n.op_type for n in native.runs[0].nodes] == ["Relu"] * 3

@@ -110,14 +110,18 @@ def test_files_not_exactly_in_ort_shape_go_the_general_way(tmp_path: Path, chang
 def read_as_ort_file(record: NodeRecord) -> tuple[NodeRecord, NodeRecord]:
     """``record`` as a typed read gives it (each arg's JSON text), and as the general reader
     gives it (orjson's parse of the text; the standard library's where orjson refuses it)."""
-    texts = {key: json.dumps(value).encode() for key, value in record.args.items()}
+    texts = {  # an infinity as JSON writes it: a number too large for a double
+        key: json.dumps(value).encode().replace(b"Infinity", b"1e400")
+        for key, value in record.args.items()
+    }
     plain = {}
     for key, text in texts.items():
         try:
             plain[key] = orjson.loads(text)
         except orjson.JSONDecodeError:
             plain[key] = json.loads(text)
-    typed = RawArgs({key: Raw(text) for key, text in texts.items()})
+    members = [json.dumps(key).encode() + b" : " + text for key, text in texts.items()]
+    typed = RawArgs(Raw(b"{" + b",".join(members) + b"}"))
     same = (record.ts, record.dur, record.name, record.op_type, record.provider, record.tid)
     return NodeRecord(*same, typed), NodeRecord(*same, plain)
 

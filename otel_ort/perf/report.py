@@ -139,20 +139,22 @@ def _from_columns(
     counted = counted[np.lexsort(on_cpu[:, counted])]  # the nodes of each set of threads together
     sets = on_cpu[:, counted]
     new_set = np.flatnonzero((sets[:, 1:] != sets[:, :-1]).any(axis=0)) + 1
-    out: list[dict[str, AttributeValue]] = [{} for _ in range(columns.nodes)]
+    out: list[dict[str, AttributeValue]] = [{}] * columns.nodes  # each replaced (or uncounted)
     for first, indices in zip([0, *new_set.tolist()], np.split(counted, new_set), strict=True):
         members = np.flatnonzero(sets[:, first]).tolist() if len(indices) else []
         chosen = ints[:, indices]
-        rows: list[list[Any]] = chosen[:width].tolist()
-        names = value_keys
-        if members:
-            tids = [threads[at].tid for at in members]
-            rows.append([list(tids) for _ in indices])
-            rows += [
-                chosen[[width * (1 + at) + column for at in members]].T.tolist()
-                for column in range(width)
-            ]
-            names = [*value_keys, semconv.PERF_THREAD_IDS, *split_keys]
+        if not members:  # the usual set: no split by thread, a row per node
+            for index, values in zip(indices.tolist(), chosen[:width].T.tolist(), strict=True):
+                out[index] = dict(zip(value_keys, values, strict=True))
+            continue
+        rows: list[list[Any]] = chosen[:width].tolist()  # several threads: their split too
+        tids = [threads[at].tid for at in members]
+        rows.append([list(tids) for _ in indices])
+        rows += [
+            chosen[[width * (1 + at) + column for at in members]].T.tolist()
+            for column in range(width)
+        ]
+        names = [*value_keys, semconv.PERF_THREAD_IDS, *split_keys]
         for index, row in zip(indices.tolist(), zip(*rows, strict=False), strict=False):
             out[index] = dict(zip(names, row, strict=False))
     for index in np.flatnonzero(uncounted).tolist():

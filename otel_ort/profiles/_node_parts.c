@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_json_text.h"
+
 #define ATTRIBUTE_TAG 0x4A /* Span.attributes */
 #define SMALL_BUFFER 512
 
@@ -148,182 +150,6 @@ typedef struct {
     int64_t used;
 } Stats;
 
-typedef struct {
-    const char *at, *end;
-} Text;
-
-enum { PARSED = 0, UNKNOWN = 1 }; /* UNKNOWN: a form left to Python */
-
-static void skip_space(Text *t) {
-    while (t->at < t->end && (*t->at == ' ' || *t->at == '\n' || *t->at == '\r' || *t->at == '\t'))
-        t->at++;
-}
-
-static int expect(Text *t, char c) {
-    skip_space(t);
-    if (t->at >= t->end || *t->at != c) return UNKNOWN;
-    t->at++;
-    return PARSED;
-}
-
-/* A string without escapes: its bytes between the quotes. */
-static int plain_string(Text *t, const char **start, Py_ssize_t *size) {
-    skip_space(t);
-    if (t->at >= t->end || *t->at != '"') return UNKNOWN;
-    const char *s = ++t->at;
-    while (t->at < t->end && *t->at != '"') {
-        if (*t->at == '\\' || (unsigned char)*t->at < 0x20) return UNKNOWN;
-        t->at++;
-    }
-    if (t->at >= t->end) return UNKNOWN;
-    *start = s;
-    *size = t->at - s;
-    t->at++;
-    return PARSED;
-}
-
-/* [-]digits within int64 (Python's int() of such a text; leading zeros allowed). */
-static int digits(const char *s, Py_ssize_t size, int64_t *out) {
-    Py_ssize_t i = 0;
-    int negative = 0;
-    if (size > 0 && s[0] == '-') {
-        negative = 1;
-        i = 1;
-    }
-    if (i >= size) return UNKNOWN;
-    uint64_t value = 0;
-    for (; i < size; i++) {
-        if (s[i] < '0' || s[i] > '9') return UNKNOWN;
-        if (value > (UINT64_MAX - 9) / 10) return UNKNOWN;
-        value = value * 10 + (uint64_t)(s[i] - '0');
-    }
-    if (negative) {
-        if (value > (uint64_t)INT64_MAX + 1) return UNKNOWN;
-        *out = (int64_t)(0 - value);
-    } else {
-        if (value > (uint64_t)INT64_MAX) return UNKNOWN;
-        *out = (int64_t)value;
-    }
-    return PARSED;
-}
-
-/* An int | str | null field read by int_value: a JSON integer, a string of [-]digits, or
- * null (*has = 0). A string int() refuses gives None in Python: left to Python too. */
-static int int_field(Text *t, int *has, int64_t *out) {
-    skip_space(t);
-    if (t->at >= t->end) return UNKNOWN;
-    if (*t->at == 'n') {
-        if (t->end - t->at < 4 || memcmp(t->at, "null", 4) != 0) return UNKNOWN;
-        t->at += 4;
-        *has = 0;
-        return PARSED;
-    }
-    const char *s;
-    Py_ssize_t size;
-    if (*t->at == '"') {
-        if (plain_string(t, &s, &size) != PARSED) return UNKNOWN;
-    } else {
-        s = t->at;
-        while (t->at < t->end && (*t->at == '-' || (*t->at >= '0' && *t->at <= '9'))) t->at++;
-        size = t->at - s;
-        if (t->at < t->end && (*t->at == '.' || *t->at == 'e' || *t->at == 'E')) return UNKNOWN;
-    }
-    if (digits(s, size, out) != PARSED) return UNKNOWN;
-    *has = 1;
-    return PARSED;
-}
-
-/* Any JSON value, passed over (the text was already decoded once: it is valid JSON; any
- * surprise is still UNKNOWN, never a read past the end). */
-static int skip_value(Text *t, int depth) {
-    skip_space(t);
-    if (t->at >= t->end || depth > 64) return UNKNOWN;
-    char c = *t->at;
-    if (c == '"') {
-        t->at++;
-        while (t->at < t->end && *t->at != '"') {
-            if (*t->at == '\\' && t->end - t->at < 2) return UNKNOWN;
-            t->at += (*t->at == '\\') ? 2 : 1;
-        }
-        if (t->at >= t->end) return UNKNOWN;
-        t->at++;
-        return PARSED;
-    }
-    if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
-        t->at++;
-        skip_space(t);
-        if (t->at < t->end && *t->at == close) {
-            t->at++;
-            return PARSED;
-        }
-        for (;;) {
-            if (c == '{') { /* a key: a string */
-                skip_space(t);
-                if (t->at >= t->end || *t->at != '"' || skip_value(t, depth + 1) != PARSED)
-                    return UNKNOWN;
-                if (expect(t, ':') != PARSED) return UNKNOWN;
-            }
-            if (skip_value(t, depth + 1) != PARSED) return UNKNOWN;
-            skip_space(t);
-            if (t->at >= t->end) return UNKNOWN;
-            if (*t->at == ',') {
-                t->at++;
-                continue;
-            }
-            if (*t->at == close) {
-                t->at++;
-                return PARSED;
-            }
-            return UNKNOWN;
-        }
-    }
-    const char *s = t->at; /* a number, true, false or null */
-    while (t->at < t->end && *t->at && !strchr(",}] \n\r\t", *t->at)) t->at++;
-    return t->at > s ? PARSED : UNKNOWN;
-}
-
-/* Iterates an object's members: key and key_size (escape-free keys only), positioned at the
- * value. Returns 1 for a member, 0 at the end, -1 (UNKNOWN) for anything else. */
-static int next_member(Text *t, int *first, const char **key, Py_ssize_t *key_size) {
-    skip_space(t);
-    if (t->at >= t->end) return -1;
-    if (*first) {
-        *first = 0;
-        if (*t->at == '}') {
-            t->at++;
-            return 0;
-        }
-    } else {
-        if (*t->at == '}') {
-            t->at++;
-            return 0;
-        }
-        if (*t->at != ',') return -1;
-        t->at++;
-    }
-    if (plain_string(t, key, key_size) != PARSED) return -1;
-    if (expect(t, ':') != PARSED) return -1;
-    return 1;
-}
-
-static int key_is(const char *key, Py_ssize_t size, const char *name) {
-    return (size_t)size == strlen(name) && memcmp(key, name, (size_t)size) == 0;
-}
-
-/* null or an object; *is_null says which. */
-static int object_or_null(Text *t, int *is_null) {
-    skip_space(t);
-    if (t->at < t->end && *t->at == 'n') {
-        if (t->end - t->at < 4 || memcmp(t->at, "null", 4) != 0) return UNKNOWN;
-        t->at += 4;
-        *is_null = 1;
-        return PARSED;
-    }
-    *is_null = 0;
-    return expect(t, '{');
-}
-
 static int main_thread(Text *t, Stats *s) {
     int is_null, first = 1, r, seen_pool = 0, seen_run = 0, seen_wait = 0;
     if (object_or_null(t, &is_null) != PARSED) return UNKNOWN;
@@ -413,6 +239,16 @@ static int parse_stats(const char *text, Py_ssize_t size, Stats *s) {
 
 /* -- the encoder ---------------------------------------------------------------------- */
 
+#define KEY_SLOTS 256 /* a power of two */
+#define KEY_BYTES 48
+
+struct KeySlot { /* an arg name's kind, found by the name's bytes (a new str each node) */
+    uint64_t hash;
+    Py_ssize_t size;
+    char key[KEY_BYTES];
+    PyObject *kind; /* NULL: an empty slot */
+};
+
 typedef struct {
     PyObject_HEAD
     PyObject *names;      /* name -> (head, name entry) */
@@ -423,47 +259,57 @@ typedef struct {
     PyObject *handlers;   /* arg name -> (kind, key field, cache) */
     PyObject *int_kind;   /* the kind of an arg read as an integer */
     PyObject *kinds;      /* arg name -> (kind, key field, texts): see arg_kind */
+    struct KeySlot *keys; /* the same by the name's bytes, KEY_SLOTS of them */
+    int keys_used, keys_stale;
     PyObject *extra;      /* extra key -> (key field, cache) */
     PyObject *duration_key, *thread_id_key, *run_key, *wait_key, *used_key, *tasks_key;
     PyObject *end;        /* the fields after the attributes */
     PyObject *raw_args_type;
     PyObject *stats_arg;  /* "thread_scheduling_stats" */
-    PyObject *index_args; /* ("node_index", "graph_index") */
 } Encoder;
 
-static PyObject *s_name, *s_op_type, *s_provider, *s_dur, *s_tid, *s_args, *s_raw, *s_ts,
+static void clear_keys(Encoder *self) {
+    if (self->keys == NULL) return;
+    for (int i = 0; i < KEY_SLOTS; i++) Py_CLEAR(self->keys[i].kind);
+    self->keys_used = 0;
+    self->keys_stale = 0;
+}
+
+static PyObject *s_name, *s_op_type, *s_provider, *s_dur, *s_tid, *s_args, *s_text, *s_ts,
     *s_kernels, *s_encoded;
 
 static int Encoder_init(Encoder *self, PyObject *args, PyObject *kwds) {
     static char *keywords[] = {
         "names", "op_types", "providers", "pools", "raw", "extra", "duration_key",
         "thread_id_key", "run_key", "wait_key", "used_key", "tasks_key", "end",
-        "raw_args_type", "stats_arg", "index_args", "handlers", "int_kind", NULL,
+        "raw_args_type", "stats_arg", "handlers", "int_kind", NULL,
     };
-    PyObject *o[18];
+    PyObject *o[17];
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "O!O!O!O!O!O!SSSSSSSOUO!O!O!:Encoder", keywords, &PyDict_Type, &o[0],
+            args, kwds, "O!O!O!O!O!O!SSSSSSSOUO!O!:Encoder", keywords, &PyDict_Type, &o[0],
             &PyDict_Type, &o[1], &PyDict_Type, &o[2], &PyDict_Type, &o[3], &PyDict_Type,
             &o[4], &PyDict_Type, &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11], &o[12],
-            &o[13], &o[14], &PyTuple_Type, &o[15], &PyDict_Type, &o[16], &PyLong_Type, &o[17]))
+            &o[13], &o[14], &PyDict_Type, &o[15], &PyLong_Type, &o[16]))
         return -1;
-    if (PyTuple_GET_SIZE(o[15]) != 2) {
-        PyErr_SetString(PyExc_ValueError, "index_args: two names");
-        return -1;
-    }
     PyObject **fields[] = {
         &self->names, &self->op_types, &self->providers, &self->pools, &self->raw,
         &self->extra, &self->duration_key, &self->thread_id_key, &self->run_key,
         &self->wait_key, &self->used_key, &self->tasks_key, &self->end,
-        &self->raw_args_type, &self->stats_arg, &self->index_args, &self->handlers,
-        &self->int_kind,
+        &self->raw_args_type, &self->stats_arg, &self->handlers, &self->int_kind,
     };
-    for (int i = 0; i < 18; i++) {
+    for (int i = 0; i < 17; i++) {
         Py_INCREF(o[i]);
         Py_XSETREF(*fields[i], o[i]);
     }
     Py_XSETREF(self->kinds, PyDict_New());
-    return self->kinds == NULL ? -1 : 0;
+    if (self->kinds == NULL) return -1;
+    clear_keys(self);
+    if (self->keys == NULL) self->keys = PyMem_Calloc(KEY_SLOTS, sizeof(struct KeySlot));
+    if (self->keys == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
 }
 
 static int Encoder_traverse(Encoder *self, visitproc visit, void *arg) {
@@ -474,6 +320,8 @@ static int Encoder_traverse(Encoder *self, visitproc visit, void *arg) {
     Py_VISIT(self->raw);
     Py_VISIT(self->handlers);
     Py_VISIT(self->kinds);
+    if (self->keys != NULL)
+        for (int i = 0; i < KEY_SLOTS; i++) Py_VISIT(self->keys[i].kind);
     Py_VISIT(self->extra);
     Py_VISIT(self->raw_args_type);
     return 0;
@@ -488,6 +336,7 @@ static int Encoder_clear(Encoder *self) {
     Py_CLEAR(self->handlers);
     Py_CLEAR(self->int_kind);
     Py_CLEAR(self->kinds);
+    clear_keys(self);
     Py_CLEAR(self->extra);
     Py_CLEAR(self->duration_key);
     Py_CLEAR(self->thread_id_key);
@@ -498,13 +347,14 @@ static int Encoder_clear(Encoder *self) {
     Py_CLEAR(self->end);
     Py_CLEAR(self->raw_args_type);
     Py_CLEAR(self->stats_arg);
-    Py_CLEAR(self->index_args);
     return 0;
 }
 
 static void Encoder_dealloc(Encoder *self) {
     PyObject_GC_UnTrack(self);
     Encoder_clear(self);
+    PyMem_Free(self->keys);
+    self->keys = NULL;
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -654,54 +504,95 @@ static PyObject *arg_kind(Encoder *self, PyObject *key) {
     return stored < 0 ? NULL : kind;
 }
 
-static int arg_pieces(Encoder *self, Buffer *b, PyObject *raw_args, Py_ssize_t *count) {
-    PyObject *key, *raw;
-    Py_ssize_t position = 0;
-    while (PyDict_Next(raw_args, &position, &key, &raw)) {
-        PyObject *kind = arg_kind(self, key);
-        if (kind == NULL) return PyErr_Occurred() ? ERROR : PYTHON;
-        long code = PyLong_AsLong(PyTuple_GET_ITEM(kind, 0));
-        if (code == KIND_NONE) continue;
-        Py_buffer view;
-        if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) {
-            PyErr_Clear();
-            return PYTHON;
+/* The kind of the arg named by ``key`` (its bytes), borrowed, and its slot; NULL with no
+ * error when it is Python's (a long name, a name arg_kind does not know). */
+static PyObject *key_kind(Encoder *self, const char *key, Py_ssize_t size, int *slot) {
+    if (size > KEY_BYTES) return NULL;
+    uint64_t hash = 1469598103934665603ULL; /* FNV-1a */
+    for (Py_ssize_t i = 0; i < size; i++) hash = (hash ^ (unsigned char)key[i]) * 1099511628211ULL;
+    for (int probe = 0; probe < KEY_SLOTS; probe++) {
+        int at = (int)((hash + (uint64_t)probe) & (KEY_SLOTS - 1));
+        struct KeySlot *entry = &self->keys[at];
+        if (entry->kind == NULL) { /* not known yet: the encoder's caches say */
+            PyObject *name = PyUnicode_DecodeUTF8(key, size, "strict");
+            if (name == NULL) {
+                if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) PyErr_Clear();
+                return NULL;
+            }
+            PyObject *kind = arg_kind(self, name);
+            Py_DECREF(name);
+            if (kind == NULL || self->keys_used >= KEY_SLOTS / 2) return NULL; /* full: Python's */
+            entry->hash = hash;
+            entry->size = size;
+            memcpy(entry->key, key, (size_t)size);
+            Py_INCREF(kind);
+            entry->kind = kind;
+            self->keys_used++;
+            *slot = at;
+            return kind;
         }
+        if (entry->hash == hash && entry->size == size && memcmp(entry->key, key, (size_t)size) == 0) {
+            *slot = at;
+            return entry->kind;
+        }
+    }
+    return NULL;
+}
+
+/* The args object's attributes, in its order; *indexes: whether it names both index args. */
+static int arg_pieces(Encoder *self, Buffer *b, const char *text, Py_ssize_t size,
+                      Py_ssize_t *count, int *indexes) {
+    Text t = {text, text + size};
+    uint64_t seen[KEY_SLOTS / 64] = {0};
+    int first = 1, m, node_index = 0, graph_index = 0;
+    const char *key;
+    Py_ssize_t key_size;
+    if (expect(&t, '{') != PARSED) return PYTHON; /* not an object: Python's */
+    while ((m = next_member(&t, &first, &key, &key_size)) == 1) {
+        skip_space(&t);
+        const char *value = t.at;
+        if (skip_value(&t, 0) != PARSED) return PYTHON;
+        Py_ssize_t value_size = t.at - value;
+        int slot = -1;
+        PyObject *kind = key_kind(self, key, key_size, &slot);
+        if (kind == NULL) return PyErr_Occurred() ? ERROR : PYTHON;
+        if (seen[slot / 64] & (1ULL << (slot % 64))) return PYTHON; /* a repeated name */
+        seen[slot / 64] |= 1ULL << (slot % 64);
+        node_index |= key_is(key, key_size, "node_index");
+        graph_index |= key_is(key, key_size, "graph_index");
+        long code = PyLong_AsLong(PyTuple_GET_ITEM(kind, 0));
         int r = OK;
+        if (code == KIND_NONE) continue;
         if (code == KIND_STATS) {
-            r = stats_pieces(self, b, view.buf, view.len, count);
+            r = stats_pieces(self, b, value, value_size, count);
         } else if (code == KIND_INT) { /* "1024" or 1024: read here, as int_of reads it */
-            Text t = {view.buf, (const char *)view.buf + view.len};
+            Text v = {value, value + value_size};
             int has = 0;
             int64_t number = 0;
-            r = int_field(&t, &has, &number) == PARSED ? OK : PYTHON;
-            skip_space(&t);
-            if (r == OK && (!has || t.at != t.end)) r = PYTHON;
+            r = int_field(&v, &has, &number) == PARSED && has && v.at == v.end ? OK : PYTHON;
             if (r == OK) {
                 r = add_int(b, PyTuple_GET_ITEM(kind, 1), number) < 0 ? ERROR : OK;
                 (*count)++;
             }
         } else { /* a shape: the Python encoder's piece for this text, if it has one */
-            PyObject *text = PyBytes_FromStringAndSize(view.buf, view.len);
-            PyObject *piece = NULL;
-            if (text == NULL) {
-                r = ERROR;
-            } else {
-                piece = PyDict_GetItemWithError(PyTuple_GET_ITEM(kind, 2), text);
-                Py_DECREF(text);
-                if (piece == NULL || !PyBytes_CheckExact(piece)) {
-                    r = PyErr_Occurred() ? ERROR : PYTHON;
-                    /* its texts may be a dict the Python encoder started again: ask anew */
-                    if (r == PYTHON && PyDict_DelItem(self->kinds, key) < 0) r = ERROR;
-                } else if (PyBytes_GET_SIZE(piece)) {
-                    r = buffer_add_bytes(b, piece) < 0 ? ERROR : OK;
-                    (*count)++;
-                }
+            PyObject *bytes = PyBytes_FromStringAndSize(value, value_size);
+            if (bytes == NULL) return ERROR;
+            PyObject *piece = PyDict_GetItemWithError(PyTuple_GET_ITEM(kind, 2), bytes);
+            Py_DECREF(bytes);
+            if (piece == NULL || !PyBytes_CheckExact(piece)) {
+                r = PyErr_Occurred() ? ERROR : PYTHON;
+                self->keys_stale = 1; /* its texts may be a dict the encoder started again */
+            } else if (PyBytes_GET_SIZE(piece)) {
+                r = buffer_add_bytes(b, piece) < 0 ? ERROR : OK;
+                (*count)++;
             }
         }
-        PyBuffer_Release(&view);
         if (r != OK) return r;
     }
+    if (m != 0) return PYTHON;
+    skip_space(&t);
+    if (t.at != t.end) return PYTHON;
+    *indexes = node_index && graph_index;
     return OK;
 }
 
@@ -741,7 +632,9 @@ static int extra_pieces(Encoder *self, Buffer *b, PyObject *extra, Py_ssize_t *c
 
 static int node_parts(Encoder *self, PyObject *node, PyObject *extra, PyObject *max_attributes,
                       Buffer *b, PyObject **head) {
-    PyObject *args = NULL, *raw_args = NULL, *name = NULL;
+    PyObject *args = NULL, *text = NULL, *name = NULL;
+    Py_buffer view;
+    int has_view = 0, indexes = 0;
     Py_ssize_t count = 0;
     int r = ERROR;
     args = PyObject_GetAttr(node, s_args);
@@ -750,21 +643,18 @@ static int node_parts(Encoder *self, PyObject *node, PyObject *extra, PyObject *
         r = PYTHON;
         goto done;
     }
-    raw_args = PyObject_GetAttr(args, s_raw);
-    if (raw_args == NULL) goto done;
-    if (!PyDict_CheckExact(raw_args)) {
+    if (self->keys_stale) { /* the encoder's caches may have started again: ask anew */
+        clear_keys(self);
+        PyDict_Clear(self->kinds);
+    }
+    text = PyObject_GetAttr(args, s_text);
+    if (text == NULL) goto done;
+    if (PyObject_GetBuffer(text, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
         r = PYTHON;
         goto done;
     }
-    int has_node = PyDict_Contains(raw_args, PyTuple_GET_ITEM(self->index_args, 0));
-    int has_graph = PyDict_Contains(raw_args, PyTuple_GET_ITEM(self->index_args, 1));
-    if (has_node < 0 || has_graph < 0) goto done;
-    if (has_node && has_graph) { /* both become onnxruntime.node.index: the dict path's */
-        *head = Py_None;
-        Py_INCREF(Py_None);
-        r = OK;
-        goto done;
-    }
+    has_view = 1;
     name = PyObject_GetAttr(node, s_name);
     if (name == NULL) goto done;
     PyObject *named = PyUnicode_CheckExact(name) ? PyDict_GetItemWithError(self->names, name)
@@ -782,7 +672,12 @@ static int node_parts(Encoder *self, PyObject *node, PyObject *extra, PyObject *
     if (buffer_add_bytes(b, PyTuple_GET_ITEM(named, 1)) < 0) goto done;
     count = 1;
     if ((r = record_pieces(self, b, node, &count)) != OK) goto done;
-    if ((r = arg_pieces(self, b, raw_args, &count)) != OK) goto done;
+    if ((r = arg_pieces(self, b, view.buf, view.len, &count, &indexes)) != OK) goto done;
+    if (indexes) { /* both become onnxruntime.node.index: the dict path's */
+        *head = Py_None;
+        Py_INCREF(Py_None);
+        goto done;
+    }
     if (extra != Py_None) {
         if (!PyDict_CheckExact(extra)) {
             r = PYTHON;
@@ -811,8 +706,9 @@ static int node_parts(Encoder *self, PyObject *node, PyObject *extra, PyObject *
     Py_INCREF(*head);
     r = OK;
 done:
+    if (has_view) PyBuffer_Release(&view);
     Py_XDECREF(args);
-    Py_XDECREF(raw_args);
+    Py_XDECREF(text);
     Py_XDECREF(name);
     return r;
 }
@@ -1034,11 +930,11 @@ PyMODINIT_FUNC PyInit__node_parts(void) {
     s_dur = PyUnicode_InternFromString("dur");
     s_tid = PyUnicode_InternFromString("tid");
     s_args = PyUnicode_InternFromString("args");
-    s_raw = PyUnicode_InternFromString("raw");
+    s_text = PyUnicode_InternFromString("text");
     s_ts = PyUnicode_InternFromString("ts");
     s_kernels = PyUnicode_InternFromString("kernels");
     s_encoded = PyUnicode_InternFromString("encoded");
-    if (!s_name || !s_op_type || !s_provider || !s_dur || !s_tid || !s_args || !s_raw || !s_ts ||
+    if (!s_name || !s_op_type || !s_provider || !s_dur || !s_tid || !s_args || !s_text || !s_ts ||
         !s_kernels || !s_encoded)
         return NULL;
     PyObject *m = PyModule_Create(&module);

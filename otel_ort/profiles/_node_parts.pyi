@@ -20,7 +20,6 @@ class Encoder:
         end: bytes,
         raw_args_type: type,
         stats_arg: str,
-        index_args: tuple[str, str],
         handlers: dict[str, tuple[int, bytes, dict[Any, bytes]]],
         int_kind: int,
     ) -> None: ...

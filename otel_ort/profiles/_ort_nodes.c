@@ -3,23 +3,25 @@
  *
  * ORT writes one complete ("X") Node event named "<node>_kernel_time" per node run: most of
  * a file. Each becomes a NodeRecord holding the event's args as RawArgs, its op type and
- * provider read through the reader's cache of texts. Any other event, a time that is not a
- * valid one, an op type or provider not cached yet goes to the reader's Python (``add``).
+ * provider found in the args' text and read through the reader's cache of texts. Any other
+ * event, a time that is not a valid one, args in another form (not an object, a name twice,
+ * an escaped name), an op type or provider not cached yet go to the reader's Python.
  *
- * The records are made without calling the dataclasses' __init__ (which runs Python code):
- * each is allocated and its fields set by name, as __init__ sets them (NodeRecord's
- * ``kernels`` a new empty list; RawArgs' ``_parsed`` None).
+ * The records are made without calling the classes' __init__ (which runs Python code): each
+ * is allocated and its fields set by name, as __init__ sets them (NodeRecord's ``kernels`` a
+ * new empty list; RawArgs' ``text`` the args' text, ``_raw`` and ``_parsed`` None).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
 
+#include "_json_text.h"
+
 #define SUFFIX "_kernel_time"
 #define MAX_TIME_US 1e15 /* reader._MAX_TIME_US */
 
 static PyObject *s_ph, *s_ts, *s_dur, *s_cat, *s_name, *s_args, *s_tid, *s_op_type,
-    *s_provider, *s_kernels, *s_raw, *s_parsed, *s_op_name, *s_provider_arg, *s_unknown,
-    *s_x, *s_node;
+    *s_provider, *s_kernels, *s_raw, *s_parsed, *s_unknown, *s_x, *s_node, *s_text;
 
 /* reader._time: an int or float, not negative and below 31 years of µs. */
 static int valid_time(PyObject *value) {
@@ -39,22 +41,41 @@ static int valid_time(PyObject *value) {
     return 0;
 }
 
-/* reader._Parsed._text's cached answer (a new reference), NULL with no error when it is
- * not cached (Python's turn). */
-static PyObject *cached_text(PyObject *raw, PyObject *key, PyObject *texts) {
-    PyObject *value = PyDict_GetItemWithError(raw, key);
-    if (value == NULL) {
-        if (PyErr_Occurred()) return NULL;
+/* The raw text of the args' "op_name" and "provider" values (start NULL: absent); UNKNOWN
+ * for args that are not a plain object or that name either twice. */
+static int find_texts(const char *text, Py_ssize_t size, Text *op_name, Text *provider) {
+    Text t = {text, text + size};
+    int first = 1, m;
+    const char *key;
+    Py_ssize_t key_size;
+    op_name->at = provider->at = NULL;
+    if (expect(&t, '{') != PARSED) return UNKNOWN;
+    while ((m = next_member(&t, &first, &key, &key_size)) == 1) {
+        skip_space(&t);
+        const char *value = t.at;
+        if (skip_value(&t, 0) != PARSED) return UNKNOWN;
+        Text *found = key_is(key, key_size, "op_name")    ? op_name
+                      : key_is(key, key_size, "provider") ? provider
+                                                          : NULL;
+        if (found != NULL) {
+            if (found->at != NULL) return UNKNOWN; /* named twice */
+            found->at = value;
+            found->end = t.at;
+        }
+    }
+    if (m != 0) return UNKNOWN;
+    skip_space(&t);
+    return t.at == t.end ? PARSED : UNKNOWN;
+}
+
+/* reader._Parsed._text's cached answer for a value's text (a new reference), NULL with no
+ * error when it is not cached (Python's turn). */
+static PyObject *cached_text(Text *value, PyObject *texts) {
+    if (value->at == NULL) {
         Py_INCREF(s_unknown);
         return s_unknown;
     }
-    Py_buffer view;
-    if (PyObject_GetBuffer(value, &view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear();
-        return NULL;
-    }
-    PyObject *text = PyBytes_FromStringAndSize(view.buf, view.len);
-    PyBuffer_Release(&view);
+    PyObject *text = PyBytes_FromStringAndSize(value->at, value->end - value->at);
     if (text == NULL) return NULL;
     PyObject *known = PyDict_GetItemWithError(texts, text);
     Py_DECREF(text);
@@ -85,8 +106,7 @@ static PyObject *node_record(PyObject *event, PyObject *texts, PyObject *node_ty
         if (f[i] == NULL) goto done;
     }
     PyObject *ph = f[0], *ts = f[1], *dur = f[2], *cat = f[3], *name = f[4], *raw = f[5];
-    if (!PyUnicode_CheckExact(ph) || !PyUnicode_CheckExact(cat) || !PyUnicode_CheckExact(name) ||
-        !PyDict_CheckExact(raw))
+    if (!PyUnicode_CheckExact(ph) || !PyUnicode_CheckExact(cat) || !PyUnicode_CheckExact(name))
         goto python;
     int is_x = PyUnicode_Compare(ph, s_x), is_node = PyUnicode_Compare(cat, s_node);
     if (PyErr_Occurred()) goto done;
@@ -94,17 +114,24 @@ static PyObject *node_record(PyObject *event, PyObject *texts, PyObject *node_ty
     Py_ssize_t ends = PyUnicode_Tailmatch(name, suffix, 0, PY_SSIZE_T_MAX, 1);
     if (ends < 0) goto done;
     if (!ends) goto python;
-    op_type = cached_text(raw, s_op_name, texts);
-    if (op_type == NULL) goto python;
-    provider = cached_text(raw, s_provider_arg, texts);
-    if (provider == NULL) goto python;
+    Py_buffer view;
+    if (PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        goto python;
+    }
+    Text op_text, provider_text;
+    int found = find_texts(view.buf, view.len, &op_text, &provider_text);
+    if (found == PARSED) op_type = cached_text(&op_text, texts);
+    if (op_type != NULL) provider = cached_text(&provider_text, texts);
+    PyBuffer_Release(&view);
+    if (op_type == NULL || provider == NULL) goto python;
     short_name = PyUnicode_Substring(name, 0, PyUnicode_GET_LENGTH(name) - PyUnicode_GET_LENGTH(suffix));
     args = new_instance(args_type);
     kernels = PyList_New(0);
     record = new_instance(node_type);
     if (short_name == NULL || args == NULL || kernels == NULL || record == NULL) goto done;
-    PyObject *arg_names[2] = {s_raw, s_parsed}, *arg_values[2] = {raw, Py_None};
-    if (set_fields(args, arg_names, arg_values, 2) < 0) goto done;
+    PyObject *arg_names[3] = {s_text, s_raw, s_parsed}, *arg_values[3] = {raw, Py_None, Py_None};
+    if (set_fields(args, arg_names, arg_values, 3) < 0) goto done;
     PyObject *record_names[8] = {s_ts, s_dur, s_name, s_op_type, s_provider, s_tid, s_args,
                                  s_kernels};
     PyObject *record_values[8] = {ts, dur, short_name, op_type, provider, f[6], args, kernels};
@@ -180,9 +207,9 @@ PyMODINIT_FUNC PyInit__ort_nodes(void) {
     } strings[] = {
         {&s_ph, "ph"}, {&s_ts, "ts"}, {&s_dur, "dur"}, {&s_cat, "cat"}, {&s_name, "name"},
         {&s_args, "args"}, {&s_tid, "tid"}, {&s_op_type, "op_type"},
-        {&s_provider, "provider"}, {&s_kernels, "kernels"}, {&s_raw, "raw"},
-        {&s_parsed, "_parsed"}, {&s_op_name, "op_name"}, {&s_provider_arg, "provider"},
-        {&s_unknown, "unknown"}, {&s_x, "X"}, {&s_node, "Node"},
+        {&s_provider, "provider"}, {&s_kernels, "kernels"}, {&s_raw, "_raw"},
+        {&s_parsed, "_parsed"}, {&s_unknown, "unknown"}, {&s_x, "X"}, {&s_node, "Node"},
+        {&s_text, "text"},
     };
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
         *strings[i].slot = PyUnicode_InternFromString(strings[i].text);

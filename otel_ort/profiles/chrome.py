@@ -100,9 +100,11 @@ class _Threads:
             if type(event) is OrtEvent:  # a file in ORT's own shape (its fields' types checked)
                 self.typed = True
                 self.add(event.pid, event.tid, event.ph)
-                if event.name == "model_run":
-                    raw = {key: Raw(orjson.dumps(value)) for key, value in ids.items()}
-                    event.args = {**event.args, **raw}
+                if event.name == "model_run" and ids:
+                    args = ort_events.split_args(event.args)
+                    if args is not None:  # an object (as ORT writes): the ids go in it
+                        raw = {key: Raw(orjson.dumps(value)) for key, value in ids.items()}
+                        event.args = Raw(ort_events.encode({**args, **raw}))
             elif isinstance(event, dict):
                 pid, tid = event.get("pid"), event.get("tid")
                 if isinstance(pid, int) and isinstance(tid, int):

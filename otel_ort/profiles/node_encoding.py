@@ -207,7 +207,6 @@ class NodeEncoder:
             end=_END,
             raw_args_type=RawArgs,
             stats_arg=THREAD_STATS_ARG,
-            index_args=INDEX_ARGS,
             handlers=self._args,
             int_kind=_INT,
         )

@@ -289,15 +289,15 @@ class _Parsed:
         if ts is None or dur is None:
             self.problems["'ts' or 'dur' missing, negative, not a number or over 31 years"] += 1
             return
-        name, raw = event.name, event.args
+        name, args = event.name, RawArgs(event.args)
         if event.cat == "Node" and name.endswith(_NODE_SUFFIX):  # most events: kept short
+            raw = args.raw
             op_type, provider = self._text(raw, "op_name"), self._text(raw, "provider")
             node = NodeRecord(
-                ts, dur, name[: -len(_NODE_SUFFIX)], op_type, provider, event.tid, RawArgs(raw)
+                ts, dur, name[: -len(_NODE_SUFFIX)], op_type, provider, event.tid, args
             )
             self.nodes.append(node)
             return
-        args = RawArgs(raw)
         self._add_complete(event.cat, name, ts, dur, event.tid, args)
 
     def _text(self, raw: dict[str, Raw], key: str) -> str:
