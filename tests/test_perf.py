@@ -49,7 +49,7 @@ from otel_ort.perf.counting import PerfCounters, Pool, RawRun, RunCounts
 from otel_ort.perf.events import EventSpec, parse_events
 from otel_ort.perf.group import ThreadGroup
 from otel_ort.perf.probe import event_problem
-from otel_ort.perf.records import GroupSample, ThreadRecords, parse, parse_recent
+from otel_ort.perf.records import GroupSample, ThreadRecords, parse, parse_recent, reaches
 from otel_ort.perf.report import node_attributes
 from otel_ort.perf.tracks import counter_events
 from otel_ort.profiles.reader import read_profile
@@ -453,9 +453,11 @@ def spy_on_groups(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     for name in ("start", "stop", "take"):
         original = getattr(ThreadGroup, name)
 
-        def spy(group: ThreadGroup, _name: str = name, _original: Any = original) -> Any:
+        def spy(
+            group: ThreadGroup, *args: Any, _name: str = name, _original: Any = original, **kw: Any
+        ) -> Any:
             calls.append((_name, group.tid))
-            return _original(group)
+            return _original(group, *args, **kw)
 
         monkeypatch.setattr(ThreadGroup, name, spy)
     return calls
@@ -579,6 +581,16 @@ def test_a_flight_rings_records_are_kept_from_the_last_switch_before_the_window(
     assert not parse_recent(b"", (450, 850), ThreadRecords())
 
 
+def test_a_flight_rings_newest_records_reach_a_window_past_its_start_and_a_switch() -> None:
+    switches = [switch_record(800, False), sample_record(600, 2), switch_record(500, True)]
+    assert not reaches(b"".join(switches), 450)  # no switch before 450 yet
+    assert reaches(b"".join([*switches, sample_record(400, 2), switch_record(300, False)]), 450)
+    samples = b"".join(sample_record(t, 2) for t in (900, 700, 400))
+    assert reaches(samples, 450) and not reaches(samples, 350)  # samples only: any older one
+    assert not reaches(throttle_record(100, 2) + samples, 450)  # another record: read it all
+    assert not reaches(b"", 450)
+
+
 def test_a_flight_ring_holds_the_latest_records_and_says_when_older_ones_went() -> None:
     """A real context-switch ring of one page: it says it holds every record until the kernel
     first writes over the oldest; then it holds the newest, whole, the newest first."""
@@ -605,6 +617,35 @@ def test_a_flight_ring_holds_the_latest_records_and_says_when_older_ones_went() 
             + [max((t, out) for t, out in records.switches if t < since)]
         )
         assert not parse_recent(taken.data, (times[-1], until), ThreadRecords())  # none before
+    finally:
+        group.close()
+
+
+def test_a_flight_ring_read_for_a_window_reads_only_its_newest_records() -> None:
+    """``take(since=...)`` copies the ring's newest records until they reach back past the
+    window's start (and a switch before it): a prefix of all of them, which gives the window
+    the same records. A window older than the ring gets all of it."""
+    group = ThreadGroup(threading.get_native_id(), "task-clock", (), period_ns=0,
+                        exclude_kernel=True, pages=4)  # fmt: skip
+    try:
+        for _ in range(600):  # 1,200 switch records of 32 bytes: more than the 4 pages
+            time.sleep(0.0001)
+        (every,) = group.take()
+        records = ThreadRecords()
+        parse(every.data, None, records)
+        times = [moment for moment, _ in records.switches]
+        for since, until in [(times[60], times[10]), (times[-1] - 1, times[0])]:
+            (partial,) = group.take(since=since)
+            (whole,) = group.take()  # (records written since are after the window)
+            if since > times[-1]:  # a recent window: a part of the ring
+                assert len(partial.data) < len(whole.data) == len(every.data)
+            else:  # older than anything held: all of it
+                assert len(partial.data) == len(whole.data)
+            found = []
+            for taken in (partial, whole):
+                got = ThreadRecords()
+                found.append((parse_recent(taken.data, (since, until), got), got.switches))
+            assert found[0] == found[1] and found[0][1]
     finally:
         group.close()
 

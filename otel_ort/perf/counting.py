@@ -174,7 +174,7 @@ class Pool:
                 # before the take: a switch after this shows in its records, which then say
                 running = self.calling or (group.never_switched() and group.mostly_on_cpu())
                 taken, incomplete = [], set()
-                for ring in group.take():
+                for ring in group.take(since=start):
                     kept, short = _for_window(ring, (start, stop))
                     taken.append(kept)
                     if short:

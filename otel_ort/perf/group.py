@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import threading
 import time
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from otel_ort.perf import kernel
 from otel_ort.perf.attribution import Read
 from otel_ort.perf.events import EventSpec
+from otel_ort.perf.records import reaches
 
 _SAMPLE_TYPE = kernel.SAMPLE_IDENTIFIER | kernel.SAMPLE_TID | kernel.SAMPLE_TIME
 _FLAGS = kernel.SAMPLE_ID_ALL | kernel.EXCLUDE_HV
@@ -190,15 +192,19 @@ class ThreadGroup:
             enabled, _, values = kernel.read_group(self.leader, self._software)
         return 2 * values.get(self.ids[self._time_alias], 0) > enabled
 
-    def take(self) -> tuple[Taken, ...]:
-        """What each ring holds: a flight ring's latest records (taking nothing from it), a
-        dense ring's records since the last call (freed: the only reader)."""
+    def take(self, since: int | None = None) -> tuple[Taken, ...]:
+        """What each ring holds: a flight ring's latest records (taking nothing from it; with
+        ``since``, those a window from that time needs, and a few more), a dense ring's
+        records since the last call (freed: the only reader)."""
+        enough = None if since is None else functools.partial(reaches, since=since)
         with self._lock:
             self._check_open()
             return tuple(
                 Taken(ring.take(), holds, filled=ring.filled)
                 if isinstance(ring, kernel.Ring)
-                else Taken((recent := ring.recent()).data, holds, since_open=recent.since_open)
+                else Taken(
+                    (recent := ring.recent(enough)).data, holds, since_open=recent.since_open
+                )
                 for ring, holds in self._rings
             )
 

@@ -13,6 +13,7 @@ import mmap
 import os
 import platform
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import cffi  # type: ignore[import-untyped,unused-ignore]  # no stubs in the dev env
@@ -69,6 +70,9 @@ IOC_DISABLE = 0x2401
 IOC_ID = 0x80082407
 
 _MAX_RECORD = 512
+_FIRST_READ = 8192
+"""Bytes of a flight ring read first when only its newest records are wanted (a multiple of
+every record size that matters: 32)."""
 """Bytes: more than any record otel-ort's events write."""
 
 # mmap'ed control page
@@ -259,15 +263,22 @@ class FlightRing(_Mapping):
         head: int = struct.unpack_from("Q", self._map, _DATA_HEAD)[0]
         return head == 0
 
-    def recent(self) -> Recent:
-        """The records it holds now. The kernel writes on meanwhile, each new record over the
-        oldest: the bytes it wrote while they were copied are cut off the old end, and so is
-        room for one more record, which it may be writing there before it moves the head."""
+    def recent(self, enough: Callable[[bytes], bool] | None = None) -> Recent:
+        """The records it holds now, the newest first; with ``enough``, only as many as it
+        takes for ``enough(records)`` to be true (read in growing steps), or all. The kernel
+        writes on meanwhile, each new record over the oldest: the bytes it wrote while they
+        were copied are cut off the old end, and so is room for one more record, which it may
+        be writing there before it moves the head."""
         self._check_open()
         head = struct.unpack_from("Q", self._map, _DATA_HEAD)[0]
         written = -head % (1 << 64)  # the head moves down from 0
-        data = self._data(head, min(written, self.size))
+        held = min(written, self.size)
+        length = held if enough is None else min(held, _FIRST_READ)
+        data = self._data(head, length)
+        while length < held and enough is not None and not enough(data):
+            length = min(held, 4 * length)
+            data = self._data(head, length)
         moved = (head - struct.unpack_from("Q", self._map, _DATA_HEAD)[0]) % (1 << 64)
-        if written + moved + _MAX_RECORD <= self.size:  # nothing old was written over
-            return Recent(data[:written], True)
-        return Recent(data[: max(0, min(written, self.size - moved - _MAX_RECORD))], False)
+        if length + moved + _MAX_RECORD <= self.size:  # nothing of it was written over
+            return Recent(data, length == written)
+        return Recent(data[: max(0, min(length, self.size - moved - _MAX_RECORD))], False)

@@ -117,6 +117,21 @@ def _select(data: bytes, window: tuple[int, int]) -> _Selected | None:
     return _Selected(records, switch, times, keep, bool(count) and int(times.min()) < since)
 
 
+def reaches(data: bytes, since: int) -> bool:
+    """Whether ``data`` (a flight ring's first records, the newest first) holds all that a
+    window from ``since`` takes from it (``_Selected``): its records go back past ``since``,
+    to a switch record if it holds switches. ``False`` when it cannot tell (records other
+    than switches and sparse samples): then all of the ring is read."""
+    count = len(data) // _PLAIN.itemsize
+    records = np.frombuffer(data, _PLAIN, count)
+    kinds = records["type"]
+    if (records["size"] != _PLAIN.itemsize).any() or not np.isin(kinds, (_SAMPLE, _SWITCH)).all():
+        return False
+    switch = kinds == _SWITCH
+    older = np.where(switch, records["b"], records["c"]) < since
+    return bool((older & switch).any() if switch.any() else older.any())
+
+
 def parse_recent(data: bytes, window: tuple[int, int], out: ThreadRecords) -> bool:
     """The records of a flight ring (``data`` newest first) that ``window`` needs (see
     ``_Selected``), added to ``out``; not the later ones, which may be many by the time the
