@@ -9,7 +9,7 @@ each on every run, the stages the worker runs for one counted run:
   attribute        ``PerfCounters.attribute``: parse the rings, place and attribute per node
   node attributes  ``report.node_attributes``: the node spans' perf attributes
   run attributes   ``report.run_attributes``
-  tracks           ``ProfileCounts.tracks()``: the kept file's counter tracks
+  tracks           ``ProfileCounts.track_text()``: the kept file's counter tracks (JSON text)
   count_profile    the whole ``report.count_profile`` (the first three), then its tracks
 Each stage: the median over runs and repeats of thread CPU µs per node (a bench measured in
 one process against itself: compare figures across code versions only from the same machine
@@ -154,9 +154,9 @@ def _stage_us(perf: PerfCounters, run: CountedRun) -> dict[str, float]:
     times = {"attribute": us}
     times["node attributes"] = _timed(lambda: node_attributes(counts))[0]
     times["run attributes"] = _timed(lambda: run_attributes(counts, perf.unavailable_events))[0]
-    times["tracks"] = _timed(count_profile(perf, run.fresh_profile(), raw).tracks)[0]
+    times["tracks"] = _timed(count_profile(perf, run.fresh_profile(), raw).track_text)[0]
     times["count_profile + tracks"] = _timed(
-        lambda: count_profile(perf, run.fresh_profile(), raw).tracks()
+        lambda: count_profile(perf, run.fresh_profile(), raw).track_text()
     )[0]
     return times
 

@@ -583,12 +583,16 @@ def test_a_flight_rings_records_are_kept_from_the_last_switch_before_the_window(
 
 def test_a_flight_rings_newest_records_reach_a_window_past_its_start_and_a_switch() -> None:
     switches = [switch_record(800, False), sample_record(600, 2), switch_record(500, True)]
-    assert not reaches(b"".join(switches), 450)  # no switch before 450 yet
-    assert reaches(b"".join([*switches, sample_record(400, 2), switch_record(300, False)]), 450)
+    assert not reaches(b"".join(switches), 450, switches=True)  # no switch before 450 yet
+    older = [*switches, sample_record(400, 2), switch_record(300, False)]
+    assert reaches(b"".join(older), 450, switches=True)
+    assert not reaches(b"".join(older[:4]), 450, switches=True)  # a sample is not enough
     samples = b"".join(sample_record(t, 2) for t in (900, 700, 400))
-    assert reaches(samples, 450) and not reaches(samples, 350)  # samples only: any older one
-    assert not reaches(throttle_record(100, 2) + samples, 450)  # another record: read it all
-    assert not reaches(b"", 450)
+    assert reaches(samples, 450, switches=False) and not reaches(samples, 350, switches=False)
+    assert not reaches(throttle_record(100, 2) + samples, 450, switches=False)  # read it all
+    stepped = b"".join(sample_record(t, 2) for t in (900, 400, 700))  # the clock set back
+    assert not reaches(stepped, 450, switches=False)
+    assert not reaches(b"", 450, switches=False)
 
 
 def test_a_flight_ring_holds_the_latest_records_and_says_when_older_ones_went() -> None:

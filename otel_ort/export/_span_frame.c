@@ -157,12 +157,20 @@ static PyObject *entries(PyObject *module, PyObject *const *args, Py_ssize_t nar
     PyObject *trace_key = NULL, *trace_bytes = NULL;
     if (out == NULL) return NULL;
     for (Py_ssize_t i = 0; i < count; i++) {
+        if (i >= PyList_GET_SIZE(drafts)) { /* the list changed under a fallback */
+            PyErr_SetString(PyExc_RuntimeError, "the drafts changed while being framed");
+            Py_DECREF(out);
+            out = NULL;
+            break;
+        }
         PyObject *draft = PyList_GET_ITEM(drafts, i);
+        Py_INCREF(draft); /* held: the fallback runs Python code */
         PyObject *entry = frame(draft, &trace_key, &trace_bytes);
         if (entry == Py_None) {
             Py_DECREF(entry);
             entry = PyObject_CallOneArg(fallback, draft);
         }
+        Py_DECREF(draft);
         if (entry == NULL) {
             Py_DECREF(out);
             out = NULL;

@@ -26,6 +26,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from otel_ort.perf import kernel
@@ -38,6 +39,8 @@ _FLAGS = kernel.SAMPLE_ID_ALL | kernel.EXCLUDE_HV
 _CPU_CLOCK = EventSpec("cpu-clock", "cpu-clock", kernel.TYPE_SOFTWARE, 0, unit="ns")
 SWITCH_PAGES = 16
 """The switch records' ring: 64 KiB, about 2,000 context switches per run."""
+SWITCHES = "switches"
+"""What the leader's ring holds (its context switch records), in ``Taken.holds``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +95,7 @@ class ThreadGroup:
                 task_clock, -1, kernel.DISABLED | flight | kernel.CONTEXT_SWITCH
             )
             self._switches = kernel.FlightRing(self.leader, min(pages, SWITCH_PAGES))
-            self._rings.append((self._switches, "switches"))
+            self._rings.append((self._switches, SWITCHES))
             self.ids = {time_alias: kernel.event_id(self.leader)}
             self._software = 1
             for spec in members:
@@ -196,14 +199,15 @@ class ThreadGroup:
         """What each ring holds: a flight ring's latest records (taking nothing from it; with
         ``since``, those a window from that time needs, and a few more), a dense ring's
         records since the last call (freed: the only reader)."""
-        enough = None if since is None else functools.partial(reaches, since=since)
         with self._lock:
             self._check_open()
             return tuple(
                 Taken(ring.take(), holds, filled=ring.filled)
                 if isinstance(ring, kernel.Ring)
                 else Taken(
-                    (recent := ring.recent(enough)).data, holds, since_open=recent.since_open
+                    (recent := ring.recent(_enough(since, holds))).data,
+                    holds,
+                    since_open=recent.since_open,
                 )
                 for ring, holds in self._rings
             )
@@ -242,3 +246,11 @@ class _Owned:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fds.clear()
+
+
+def _enough(since: int | None, holds: str) -> Callable[[bytes], bool] | None:
+    """When a flight ring's newest records are all a window from ``since`` needs
+    (``None``: all of them are wanted)."""
+    if since is None:
+        return None
+    return functools.partial(reaches, since=since, switches=holds == SWITCHES)

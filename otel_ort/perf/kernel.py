@@ -70,10 +70,10 @@ IOC_DISABLE = 0x2401
 IOC_ID = 0x80082407
 
 _MAX_RECORD = 512
+"""Bytes: more than any record otel-ort's events write."""
 _FIRST_READ = 8192
 """Bytes of a flight ring read first when only its newest records are wanted (a multiple of
 every record size that matters: 32)."""
-"""Bytes: more than any record otel-ort's events write."""
 
 # mmap'ed control page
 _DATA_HEAD, _DATA_TAIL, _DATA_OFFSET, _DATA_SIZE = 1024, 1032, 1040, 1048

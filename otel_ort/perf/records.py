@@ -102,14 +102,11 @@ def _select(data: bytes, window: tuple[int, int]) -> _Selected | None:
     """The records of ``window`` in ``data``; ``None`` when other records than switches and
     sparse samples are among them (throttling): those are parsed one at a time."""
     since, until = window
-    count = len(data) // _PLAIN.itemsize
-    records = np.frombuffer(data, _PLAIN, count)
-    kinds = records["type"]
-    if (records["size"] != _PLAIN.itemsize).any() or not np.isin(kinds, (_SAMPLE, _SWITCH)).all():
+    plain = _plain_records(data)
+    if plain is None:
         return None
-    switch = kinds == _SWITCH
-    # a switch record ends with pid/tid, time, id; a sample is id, pid/tid, time
-    times = np.where(switch, records["b"], records["c"]).astype(np.int64)
+    records, switch, times = plain
+    count = len(records)
     before = np.flatnonzero(switch & (times < since))
     keep = (times >= since) & (times <= until)
     if len(before):
@@ -117,19 +114,32 @@ def _select(data: bytes, window: tuple[int, int]) -> _Selected | None:
     return _Selected(records, switch, times, keep, bool(count) and int(times.min()) < since)
 
 
-def reaches(data: bytes, since: int) -> bool:
+def reaches(data: bytes, since: int, switches: bool) -> bool:
     """Whether ``data`` (a flight ring's first records, the newest first) holds all that a
     window from ``since`` takes from it (``_Selected``): its records go back past ``since``,
-    to a switch record if it holds switches. ``False`` when it cannot tell (records other
-    than switches and sparse samples): then all of the ring is read."""
-    count = len(data) // _PLAIN.itemsize
-    records = np.frombuffer(data, _PLAIN, count)
+    to a switch record in a ring of switches (``switches``). ``False`` when it cannot tell:
+    records other than switches and sparse samples, or times that do not fall record after
+    record (the clock was set back): then more of the ring is read, up to all of it."""
+    plain = _plain_records(data)
+    if plain is None:
+        return False
+    _, switch, times = plain
+    if len(times) > 1 and bool((times[1:] > times[:-1]).any()):
+        return False
+    older = times < since
+    return bool((older & switch).any() if switches else older.any())
+
+
+def _plain_records(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``data``'s records, which are switch records, and each one's time; ``None`` when
+    other records than switches and sparse samples are among them."""
+    records = np.frombuffer(data, _PLAIN, len(data) // _PLAIN.itemsize)
     kinds = records["type"]
     if (records["size"] != _PLAIN.itemsize).any() or not np.isin(kinds, (_SAMPLE, _SWITCH)).all():
-        return False
+        return None
     switch = kinds == _SWITCH
-    older = np.where(switch, records["b"], records["c"]) < since
-    return bool((older & switch).any() if switch.any() else older.any())
+    # a switch record ends with pid/tid, time, id; a sample is id, pid/tid, time
+    return records, switch, np.where(switch, records["b"], records["c"]).astype(np.int64)
 
 
 def parse_recent(data: bytes, window: tuple[int, int], out: ThreadRecords) -> bool:

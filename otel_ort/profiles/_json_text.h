@@ -110,8 +110,7 @@ static inline int skip_string(Text *t) {
 
 /* Past any JSON value. The texts read here were decoded once already, so they are valid
  * JSON: a container is passed over by counting its brackets outside strings. */
-static inline int skip_value(Text *t, int depth) {
-    (void)depth;
+static inline int skip_value(Text *t) {
     skip_space(t);
     if (t->at >= t->end) return UNKNOWN;
     char c = *t->at;

@@ -162,7 +162,7 @@ static int main_thread(Text *t, Stats *s) {
             if (seen_pool++) return UNKNOWN; /* a repeated key: which one counts is msgspec's */
             skip_space(t);
             if (t->at < t->end && *t->at == 'n') {
-                if (skip_value(t, 0) != PARSED || s->pool != NULL) return UNKNOWN;
+                if (skip_value(t) != PARSED) return UNKNOWN;
                 continue;
             }
             if (plain_string(t, &s->pool, &s->pool_size) != PARSED) return UNKNOWN;
@@ -170,7 +170,7 @@ static int main_thread(Text *t, Stats *s) {
             if (seen_run++ || int_field(t, &s->has_run, &s->run) != PARSED) return UNKNOWN;
         } else if (key_is(key, size, "Wait")) {
             if (seen_wait++ || int_field(t, &s->has_wait, &s->wait) != PARSED) return UNKNOWN;
-        } else if (skip_value(t, 0) != PARSED) {
+        } else if (skip_value(t) != PARSED) {
             return UNKNOWN;
         }
     }
@@ -203,7 +203,7 @@ static int sub_threads(Text *t, Stats *s) {
         while ((q = next_member(t, &inner_first, &name, &name_size)) == 1) {
             if (key_is(name, name_size, "num_run")) {
                 if (seen++ || int_field(t, &has, &runs) != PARSED) return UNKNOWN;
-            } else if (skip_value(t, 0) != PARSED) {
+            } else if (skip_value(t) != PARSED) {
                 return UNKNOWN;
             }
         }
@@ -228,7 +228,7 @@ static int parse_stats(const char *text, Py_ssize_t size, Stats *s) {
             if (seen_main++ || main_thread(&t, s) != PARSED) return UNKNOWN;
         } else if (key_is(key, key_size, "sub_threads")) {
             if (seen_subs++ || sub_threads(&t, s) != PARSED) return UNKNOWN;
-        } else if (skip_value(&t, 0) != PARSED) {
+        } else if (skip_value(&t) != PARSED) {
             return UNKNOWN;
         }
     }
@@ -551,7 +551,7 @@ static int arg_pieces(Encoder *self, Buffer *b, const char *text, Py_ssize_t siz
     while ((m = next_member(&t, &first, &key, &key_size)) == 1) {
         skip_space(&t);
         const char *value = t.at;
-        if (skip_value(&t, 0) != PARSED) return PYTHON;
+        if (skip_value(&t) != PARSED) return PYTHON;
         Py_ssize_t value_size = t.at - value;
         int slot = -1;
         PyObject *kind = key_kind(self, key, key_size, &slot);
@@ -632,7 +632,7 @@ static int extra_pieces(Encoder *self, Buffer *b, PyObject *extra, Py_ssize_t *c
 
 static int node_parts(Encoder *self, PyObject *node, PyObject *extra, PyObject *max_attributes,
                       Buffer *b, PyObject **head) {
-    PyObject *args = NULL, *text = NULL, *name = NULL;
+    PyObject *args = NULL, *text = NULL, *name = NULL, *named = NULL;
     Py_buffer view;
     int has_view = 0, indexes = 0;
     Py_ssize_t count = 0;
@@ -657,12 +657,12 @@ static int node_parts(Encoder *self, PyObject *node, PyObject *extra, PyObject *
     has_view = 1;
     name = PyObject_GetAttr(node, s_name);
     if (name == NULL) goto done;
-    PyObject *named = PyUnicode_CheckExact(name) ? PyDict_GetItemWithError(self->names, name)
-                                                 : NULL;
+    named = PyUnicode_CheckExact(name) ? PyDict_GetItemWithError(self->names, name) : NULL;
     if (named == NULL) {
         r = PyErr_Occurred() ? ERROR : PYTHON;
         goto done;
     }
+    Py_INCREF(named); /* held: what follows may run Python code (a collection) */
     if (!PyTuple_CheckExact(named) || PyTuple_GET_SIZE(named) != 2 ||
         !PyBytes_CheckExact(PyTuple_GET_ITEM(named, 0)) ||
         !PyBytes_CheckExact(PyTuple_GET_ITEM(named, 1))) {
@@ -710,6 +710,7 @@ done:
     Py_XDECREF(args);
     Py_XDECREF(text);
     Py_XDECREF(name);
+    Py_XDECREF(named);
     return r;
 }
 
@@ -718,7 +719,7 @@ static PyObject *Encoder_parts(Encoder *self, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_TypeError, "parts(node, extra, max_attributes)");
         return NULL;
     }
-    if (self->names == NULL) {
+    if (self->keys == NULL || self->kinds == NULL) { /* (set last by __init__) */
         PyErr_SetString(PyExc_ValueError, "Encoder not initialised");
         return NULL;
     }
@@ -880,7 +881,7 @@ static PyObject *Encoder_draft(Encoder *self, PyObject *const *args, Py_ssize_t 
                         "draft(node, extra, max_attributes, base, trace_id, parent_id, kit)");
         return NULL;
     }
-    if (self->names == NULL) {
+    if (self->keys == NULL || self->kinds == NULL) { /* (set last by __init__) */
         PyErr_SetString(PyExc_ValueError, "Encoder not initialised");
         return NULL;
     }

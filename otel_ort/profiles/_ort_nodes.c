@@ -53,7 +53,7 @@ static int find_texts(const char *text, Py_ssize_t size, Text *op_name, Text *pr
     while ((m = next_member(&t, &first, &key, &key_size)) == 1) {
         skip_space(&t);
         const char *value = t.at;
-        if (skip_value(&t, 0) != PARSED) return UNKNOWN;
+        if (skip_value(&t) != PARSED) return UNKNOWN;
         Text *found = key_is(key, key_size, "op_name")    ? op_name
                       : key_is(key, key_size, "provider") ? provider
                                                           : NULL;
@@ -167,14 +167,17 @@ static PyObject *node_records(PyObject *module, PyObject *const *argv, Py_ssize_
     if (suffix == NULL) return NULL;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
         PyObject *event = PyList_GET_ITEM(events, i);
+        Py_INCREF(event); /* held: other(event) runs Python code */
         PyObject *record = node_record(event, texts, argv[4], argv[5], suffix);
         if (record == Py_None) { /* other(event) adds it, to nodes too if it is one */
             Py_DECREF(record);
             record = PyObject_CallOneArg(other, event);
+            Py_DECREF(event);
             Py_XDECREF(record);
             if (record == NULL) goto error;
             continue;
         }
+        Py_DECREF(event);
         if (record == NULL) goto error;
         int added = PyList_Append(nodes, record);
         Py_DECREF(record);

@@ -52,7 +52,7 @@ def enrich(
     generic one."""
     ids = {key: other_data[key] for key in ("trace_id", "span_id") if key in other_data}
     threads = _Threads()
-    if tracks is not None and tracks.text:
+    if tracks is not None and tracks.text and type(tracks.pid) is int:
         threads.pids.add(tracks.pid)
     threads.scan(events, ids)
     pids, tids = threads.pids, threads.tids

@@ -9,7 +9,8 @@ arg's raw text when it first needs them (the node encoder keys its caches by eac
 text, so a value seen before is never parsed). The events are not tracked by the garbage
 collector (they hold no cycles).
 
-Any other file, or one with anything unusual (another field, a missing one, another type,
+Any other file, or one with anything unusual (another field, a missing one, another type in
+one of the seven fields other than ``args``,
 invalid UTF-8, a ``\\ud800``-style escape, ``NaN``, a file cut short), is not decoded here
 (``None``): the general reader takes it, with its own rules for each of those.
 """
