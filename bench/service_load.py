@@ -3,7 +3,7 @@
 
     make bench   (or: .venv/bin/python -m bench.service_load [--quick] [--models cls,rec]
                   [--repetitions R] [--seconds S] [--baseline never] [--sampler rate:2/s]
-                  [--no-spinning])
+                  [--baseline-perf-events off] [--perf-events off] [--no-spinning])
 
 Per model, two servers of the same app run side by side, one with the profile sampler
 ``never`` (tracing only) and one with ``rate:2/s``; each exports its spans and metrics over
@@ -15,8 +15,11 @@ median ratio is reported. Targets: requests/s at most 5 % lower, p99 at most 15 
 ``--baseline`` and ``--sampler`` compare two others: ``--sampler every:1000000000``
 profiles one run per server (its first), which prices what stays on after a session's first
 profiled run (ORT's thread-pool profiler, perf's always-counting events) apart from the
-profiled runs themselves. ``--no-spinning`` runs both servers with ORT's threads waiting for
-work without spinning (the example's ``ORT_SERVICE_SPINNING=0``).
+profiled runs themselves. ``--baseline-perf-events`` and ``--perf-events`` set one server's
+``OTEL_ORT_PERF_EVENTS`` (unset: otel-ort's default events), so that one sampler can be compared
+with perf off and on (``--baseline rate:2/s --baseline-perf-events off``). ``--no-spinning``
+runs both servers with ORT's threads waiting for work without spinning (the example's
+``ORT_SERVICE_SPINNING=0``).
 
 Models: the rapidocr classifier (235 nodes, ~3 ms a run) and recogniser (415 nodes, ~25 ms),
 served through ``ORT_SERVICE_MODEL`` behind one ``Reshape`` (and an ``ArgMax`` for the
@@ -54,11 +57,27 @@ CONNECTIONS = 8
 WRK_THREADS = 2
 
 
-@dataclass
-class Server:
-    """One uvicorn process serving the example with one profile sampler."""
+@dataclass(frozen=True)
+class Setup:
+    """How one server profiles: its sampler and, when given, its ``OTEL_ORT_PERF_EVENTS``."""
 
     sampler: str
+    perf_events: str | None = None
+
+    @property
+    def label(self) -> str:
+        perf = "" if self.perf_events is None else f", perf {self.perf_events}"
+        return self.sampler + perf
+
+
+SETUPS = (Setup(SAMPLERS[0]), Setup(SAMPLERS[1]))
+
+
+@dataclass
+class Server:
+    """One uvicorn process serving the example with one setup."""
+
+    setup: Setup
     port: int
     process: subprocess.Popen[bytes]
     log: Path
@@ -78,21 +97,23 @@ class Block:
 
 
 def start_server(
-    sampler: str, model: Path, endpoint: str, workdir: Path, spinning: bool = True
+    setup: Setup, model: Path, endpoint: str, workdir: Path, spinning: bool = True
 ) -> Server:
     """The example on uvicorn (one worker, no access log), exporting to ``endpoint``;
     ``spinning``: ORT's threads spin-wait for work (ORT's default)."""
     port = free_port()
-    tag = sampler.replace(":", "-").replace("/", "")
+    tag = "".join(c if c.isalnum() else "-" for c in setup.label)
     env = {
         **os.environ,
         "ORT_SERVICE_MODEL": str(model),
         "ORT_SERVICE_SPINNING": "1" if spinning else "0",
-        "OTEL_ORT_PROFILE_SAMPLER": sampler,
+        "OTEL_ORT_PROFILE_SAMPLER": setup.sampler,
         "OTEL_ORT_PROFILE_DIR": str(workdir / f"profiles-{tag}"),
         "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
         "OTEL_SERVICE_NAME": f"bench-{tag}",
     }
+    if setup.perf_events is not None:
+        env["OTEL_ORT_PERF_EVENTS"] = setup.perf_events
     log = workdir / f"uvicorn-{tag}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -114,7 +135,7 @@ def start_server(
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    return Server(sampler, port, process, log)
+    return Server(setup, port, process, log)
 
 
 def wait_ready(server: Server, body: bytes, timeout: float = 120.0) -> None:
@@ -134,7 +155,7 @@ def wait_ready(server: Server, body: bytes, timeout: float = 120.0) -> None:
         except (urllib.error.URLError, ConnectionError):
             time.sleep(0.3)
     stop_server(server)
-    raise SystemExit(f"the {server.sampler} server did not serve:\n{server.log.read_text()}")
+    raise SystemExit(f"the {server.setup.label} server did not serve:\n{server.log.read_text()}")
 
 
 def stop_server(server: Server) -> None:
@@ -176,35 +197,35 @@ def measure(
     repetitions: int,
     seconds: float,
     warmup: float,
-    samplers: tuple[str, str] = SAMPLERS,
+    setups: tuple[Setup, Setup] = SETUPS,
     spinning: bool = True,
-) -> tuple[dict[str, list[Block]], list[Received]]:
-    """Blocks per sampler of ``samplers`` (repetition order) and what each server's
-    receiver took."""
+) -> tuple[dict[Setup, list[Block]], list[Received]]:
+    """Blocks per setup of ``setups`` (repetition order) and what each server's receiver
+    took."""
     model = flat_model(served, cache)
     workdir = Path(tempfile.mkdtemp(prefix="otel-ort-service-load-"))
     body = workdir / "body.json"
     body.write_bytes(request_body(served))
     script = workdir / "post.lua"
     script.write_text(post_script(body))
-    blocks: dict[str, list[Block]] = {sampler: [] for sampler in samplers}
-    with SinkProcess(len(samplers)) as sink:
+    blocks: dict[Setup, list[Block]] = {setup: [] for setup in setups}
+    with SinkProcess(len(setups)) as sink:
         servers = [
-            start_server(sampler, model, endpoint, workdir, spinning)
-            for sampler, endpoint in zip(samplers, sink.endpoints, strict=True)
+            start_server(setup, model, endpoint, workdir, spinning)
+            for setup, endpoint in zip(setups, sink.endpoints, strict=True)
         ]
         try:
             for server in servers:
                 wait_ready(server, body.read_bytes())
-                _progress(f"  {served.key}: {server.sampler} ready; warming up {warmup:.0f} s")
+                _progress(f"  {served.key}: {server.setup.label} ready; warming up {warmup:.0f} s")
                 run_wrk(server.url, script, warmup, WRK_THREADS, CONNECTIONS)
             for repetition in range(repetitions):
                 order = servers if repetition % 2 == 0 else servers[::-1]
                 for server in order:
                     block = load_block(server, script, seconds)
-                    blocks[server.sampler].append(block)
+                    blocks[server.setup].append(block)
                     _progress(
-                        f"  {served.key} {repetition + 1}/{repetitions} {server.sampler}: "
+                        f"  {served.key} {repetition + 1}/{repetitions} {server.setup.label}: "
                         f"{block.wrk.requests_per_s:.1f} req/s, p99 {block.wrk.p99_ms:.1f} ms"
                     )
         finally:
@@ -230,19 +251,21 @@ def _spread(ratios: list[float]) -> str:
     return f"{pct(statistics.median(ratios))} % [{pct(min(ratios))}, {pct(max(ratios))}]"
 
 
-def chosen_samplers(
-    parser: argparse.ArgumentParser, baseline: str, sampler: str
-) -> tuple[str, str]:
-    """``--baseline`` and ``--sampler``: two different samplers, as
-    ``OTEL_ORT_PROFILE_SAMPLER`` spells them."""
-    if baseline == sampler:
-        parser.error(f"--baseline and --sampler are both {sampler!r}: nothing to compare")
-    for name in (baseline, sampler):
+def chosen_setups(
+    parser: argparse.ArgumentParser,
+    baseline: Setup,
+    compared: Setup,
+) -> tuple[Setup, Setup]:
+    """``--baseline``/``--baseline-perf-events`` and ``--sampler``/``--perf-events``: two
+    different setups, each sampler as ``OTEL_ORT_PROFILE_SAMPLER`` spells it."""
+    if baseline == compared:
+        parser.error(f"both servers would be {compared.label!r}: nothing to compare")
+    for name in (baseline.sampler, compared.sampler):
         try:
             parse_sampler(name)
         except ValueError as exc:
             parser.error(str(exc))
-    return baseline, sampler
+    return baseline, compared
 
 
 def _progress(line: str) -> None:
@@ -263,6 +286,10 @@ def main() -> None:
     parser.add_argument(
         "--sampler", default=SAMPLERS[1], help=f"compared with the baseline; default {SAMPLERS[1]}"
     )
+    parser.add_argument(
+        "--baseline-perf-events", default=None, help="the baseline's OTEL_ORT_PERF_EVENTS"
+    )
+    parser.add_argument("--perf-events", default=None, help="the other's OTEL_ORT_PERF_EVENTS")
     add_model_options(parser, SERVED_MODELS)
     args = parser.parse_args()
     repetitions = args.repetitions or (3 if args.quick else 5)
@@ -270,10 +297,14 @@ def main() -> None:
     keys = chosen_models(parser, args.models, SERVED_MODELS)
     if repetitions < 1 or seconds < 1:
         parser.error("--repetitions and --seconds must be at least 1")
-    samplers = chosen_samplers(parser, args.baseline, args.sampler)
+    setups = chosen_setups(
+        parser,
+        Setup(args.baseline, args.baseline_perf_events),
+        Setup(args.sampler, args.perf_events),
+    )
     wrk_binary()
     _progress(
-        f"service_load: {repetitions} x {seconds:.0f} s per sampler and model, "
+        f"service_load: {repetitions} x {seconds:.0f} s per server and model, "
         f"wrk -t{WRK_THREADS} -c{CONNECTIONS}, ORT's spinning "
         f"{'off' if args.no_spinning else 'on'}, {time.ctime()}"
     )
@@ -281,13 +312,13 @@ def main() -> None:
     for key in keys:
         served = SERVED_MODELS[key]
         blocks, received = measure(
-            served, args.cache, repetitions, seconds, 3.0, samplers, not args.no_spinning
+            served, args.cache, repetitions, seconds, 3.0, setups, not args.no_spinning
         )
-        for sampler, got in zip(samplers, received, strict=True):
-            mine = blocks[sampler]
+        for setup, got in zip(setups, received, strict=True):
+            mine = blocks[setup]
             cells = (
                 served.source.name,
-                sampler,
+                setup.label,
                 f"{statistics.median(b.wrk.requests_per_s for b in mine):.1f}",
                 f"{statistics.median(b.wrk.p50_ms for b in mine):.1f}",
                 f"{statistics.median(b.wrk.p99_ms for b in mine):.1f}",
@@ -297,7 +328,7 @@ def main() -> None:
                 str(sum(b.wrk.errors for b in mine)),
             )
             rows.append("| " + " | ".join(cells) + " |")
-        base, rate = blocks[samplers[0]], blocks[samplers[1]]
+        base, rate = blocks[setups[0]], blocks[setups[1]]
         rps = paired_ratios(
             [b.wrk.requests_per_s for b in base], [b.wrk.requests_per_s for b in rate]
         )
@@ -318,12 +349,12 @@ def main() -> None:
         f"{'off' if args.no_spinning else 'on'})"
     )
     print(
-        "| model | sampler | requests/s | p50 ms | p99 ms | server CPU ms/request | RSS MB "
+        "| model | server | requests/s | p50 ms | p99 ms | server CPU ms/request | RSS MB "
         "| spans per run span | errors |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
-    print(f"\n{samplers[1]} against {samplers[0]}, paired by repetition: median [min, max]")
+    print(f"\n{setups[1].label} against {setups[0].label}, paired by repetition: median [min, max]")
     print("| model | requests/s | target (>= -5 %) | p99 | target (<= +15 %) |")
     print("|---|---|---|---|---|")
     print("\n".join(pairs))

@@ -20,7 +20,7 @@ import pytest
 
 import otel_ort
 from bench.otlp_sink import SinkProcess
-from bench.service_load import chosen_samplers, paired_ratios
+from bench.service_load import Setup, chosen_setups, paired_ratios
 from bench.service_models import SERVED_MODELS, flat_model, request_body
 from bench.stage_timers import Hook, StageTimers
 from bench.wheel_models import fetch
@@ -69,17 +69,21 @@ def test_paired_ratios_pair_by_repetition() -> None:
         paired_ratios([1.0], [1.0, 2.0])
 
 
-def test_the_load_bench_compares_two_valid_different_samplers(
+def test_the_load_bench_compares_two_valid_different_setups(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     parser = argparse.ArgumentParser()
-    assert chosen_samplers(parser, "never", "rate:2/s,burst=5") == ("never", "rate:2/s,burst=5")
-    for baseline, sampler, said in (
-        ("never", "never", "nothing to compare"),
-        ("never", "bogus:3", "unknown profile sampler 'bogus:3'"),
+    never, burst = Setup("never"), Setup("rate:2/s,burst=5")
+    assert chosen_setups(parser, never, burst) == (never, burst)
+    off, on = Setup("rate:2/s", "off"), Setup("rate:2/s")
+    assert chosen_setups(parser, off, on) == (off, on)  # one sampler, perf off and on
+    assert off.label == "rate:2/s, perf off" and on.label == "rate:2/s"
+    for baseline, compared, said in (
+        (never, Setup("never"), "nothing to compare"),
+        (never, Setup("bogus:3"), "unknown profile sampler 'bogus:3'"),
     ):
         with pytest.raises(SystemExit):
-            chosen_samplers(parser, baseline, sampler)
+            chosen_setups(parser, baseline, compared)
         assert said in capsys.readouterr().err
 
 
