@@ -168,7 +168,8 @@ class SpanBuilder:
             for kernel in run.unmatched_kernels
         ]
         unmatched_sizes = [measure(kernel) for kernel in unmatched]
-        made: dict[int, tuple[SpanDraft, list[SpanDraft]]] = {}
+        made: dict[int, SpanDraft] = {}  # by node
+        kernels_of: dict[int, list[SpanDraft]] = {}  # by node, for nodes with kernels
 
         place = (base, trace_id, parent_id)
         in_c = self._max_length is None  # (span limits' value lengths: the dict path's)
@@ -182,10 +183,12 @@ class SpanBuilder:
                 else None
             )
             if one is not None:  # in C: a node without kernels, its attributes encoded
-                made[at] = one[0], []
+                made[at] = one[0]
                 return one[1]
             draft, kernels, size = self._measured(nodes[at], base, trace_id, parent_id, node_extra)
-            made[at] = draft, kernels
+            made[at] = draft
+            if kernels:
+                kernels_of[at] = kernels
             return size
 
         selection = self._select(nodes, node_size, run.unmatched_kernels, unmatched_sizes)
@@ -196,7 +199,8 @@ class SpanBuilder:
         held_by = _emitted_holders(holders(nodes), ids)
         drafts: list[SpanDraft] = []
         for at in emitted:
-            draft, kernels = made[at]
+            draft = made[at]
+            kernels = kernels_of.get(at, ())
             draft.span_id = ids[at]
             for kernel in kernels:
                 kernel.span_id, kernel.parent_id = new_id(), draft.span_id
@@ -207,12 +211,12 @@ class SpanBuilder:
         for at in sorted(held, key=lambda at: -_depth(at, held_by)):  # innermost first
             holder = held_by[at]
             assert holder is not None
-            inner, holding = made[at][0], made[holder][0]  # a holder's span holds its nodes'
+            inner, holding = made[at], made[holder]  # a holder's span holds its nodes'
             holding.start = min(holding.start, inner.start)
             holding.end = max(holding.end, inner.end)
         for at in emitted:
             holder = held_by[at]
-            draft = made[at][0]
+            draft = made[at]
             draft.parent_id = parent_id if holder is None else ids[holder]
             drafts.append(draft)
         for kernel in shown_unmatched:
