@@ -256,17 +256,19 @@ class ProtobufSpans:
 
     def measure(self, draft: SpanDraft) -> int:
         """The bytes the span takes in a request (tag and length included)."""
-        head, tail = self._parts(draft)
-        size = len(head) + len(tail) + 28  # trace id, span id: tag, length, bytes
-        size += (0 if not draft.parent_id else 10) + len(_state_pb(draft))
-        size += (9 if draft.start else 0) + (9 if draft.end else 0)
-        return framed_size(size)
+        state = len(_state_pb(draft))
+        return self.measure_parts(
+            self._parts(draft), draft.parent_id, draft.start, draft.end, state
+        )
 
     @staticmethod
-    def measure_parts(parts: tuple[bytes, bytes], parent_id: int, start: int, end: int) -> int:
-        """``measure`` of a draft whose ``encoded`` is ``parts`` and that has no trace state
-        (a profile's node span), without the draft."""
-        size = len(parts[0]) + len(parts[1]) + 28 + (10 if parent_id else 0)
+    def measure_parts(
+        parts: tuple[bytes, bytes], parent_id: int, start: int, end: int, state_size: int = 0
+    ) -> int:
+        """``measure`` of a draft whose ``encoded`` is ``parts``, without the draft (a
+        profile's node span has no trace state: ``state_size`` 0)."""
+        size = len(parts[0]) + len(parts[1]) + 28  # trace id, span id: tag, length, bytes
+        size += (10 if parent_id else 0) + state_size
         return framed_size(size + (9 if start else 0) + (9 if end else 0))
 
     def spans(self, drafts: list[SpanDraft]) -> list[bytes]:

@@ -4,7 +4,6 @@ the summary tables and the HTML report."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict, deque
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ from otel_ort import semconv
 from otel_ort._util.native import NATIVE_WANTED
 from otel_ort.perf.attribution import rounded
 from otel_ort.perf.counting import RunCounts
+from otel_ort.profiles import chrome
 from otel_ort.profiles.records import NodeRecord
 
 try:
@@ -49,14 +49,7 @@ def counter_text(counts: RunCounts, windows_us: Sequence[tuple[float, float]], p
         text = _track_text.counter_text(templates, starts, _stops(windows_us), rows)
         if text is not NotImplemented:
             return text
-    return b",".join(map(_json, counter_events(counts, windows_us, pid)))
-
-
-def _json(event: dict[str, Any]) -> bytes:
-    try:
-        return orjson.dumps(event)
-    except orjson.JSONEncodeError:  # what only json writes (an integer over 64 bits)
-        return json.dumps(event, separators=(",", ":")).encode()
+    return b",".join(map(chrome.dumps, counter_events(counts, windows_us, pid)))
 
 
 def counter_events(

@@ -258,8 +258,7 @@ typedef struct {
     PyObject *raw;        /* arg name -> {raw text: entry} | None */
     PyObject *handlers;   /* arg name -> (kind, key field, cache) */
     PyObject *int_kind;   /* the kind of an arg read as an integer */
-    PyObject *kinds;      /* arg name -> (kind, key field, texts): see arg_kind */
-    struct KeySlot *keys; /* the same by the name's bytes, KEY_SLOTS of them */
+    struct KeySlot *keys; /* each arg name's kind, by the name's bytes: see key_kind */
     int keys_used, keys_stale;
     PyObject *extra;      /* extra key -> (key field, cache) */
     PyObject *duration_key, *thread_id_key, *run_key, *wait_key, *used_key, *tasks_key;
@@ -301,8 +300,6 @@ static int Encoder_init(Encoder *self, PyObject *args, PyObject *kwds) {
         Py_INCREF(o[i]);
         Py_XSETREF(*fields[i], o[i]);
     }
-    Py_XSETREF(self->kinds, PyDict_New());
-    if (self->kinds == NULL) return -1;
     clear_keys(self);
     if (self->keys == NULL) self->keys = PyMem_Calloc(KEY_SLOTS, sizeof(struct KeySlot));
     if (self->keys == NULL) {
@@ -319,7 +316,6 @@ static int Encoder_traverse(Encoder *self, visitproc visit, void *arg) {
     Py_VISIT(self->pools);
     Py_VISIT(self->raw);
     Py_VISIT(self->handlers);
-    Py_VISIT(self->kinds);
     if (self->keys != NULL)
         for (int i = 0; i < KEY_SLOTS; i++) Py_VISIT(self->keys[i].kind);
     Py_VISIT(self->extra);
@@ -335,7 +331,6 @@ static int Encoder_clear(Encoder *self) {
     Py_CLEAR(self->raw);
     Py_CLEAR(self->handlers);
     Py_CLEAR(self->int_kind);
-    Py_CLEAR(self->kinds);
     clear_keys(self);
     Py_CLEAR(self->extra);
     Py_CLEAR(self->duration_key);
@@ -468,14 +463,13 @@ static int stats_pieces(Encoder *self, Buffer *b, const char *text, Py_ssize_t s
     return OK;
 }
 
-/* How an arg is encoded, by its name: what the Python encoder's caches say, kept here as
- * (kind, key field or None, texts or None) so that an arg costs one look-up. */
+/* How an arg is encoded, by its name (a new reference): what the Python encoder's caches
+ * say, as (kind, key field or None, texts or None); NULL with no error when they do not know
+ * the name yet. key_kind keeps it, so that an arg costs one look-up. */
 enum { KIND_INT = 0, KIND_SHAPE = 1, KIND_NONE = 2, KIND_STATS = 3 };
-#define MAX_KINDS 16384
 
 static PyObject *arg_kind(Encoder *self, PyObject *key) {
-    PyObject *kind = PyDict_GetItemWithError(self->kinds, key);
-    if (kind != NULL || PyErr_Occurred()) return kind;
+    PyObject *kind;
     int is_stats = PyUnicode_CheckExact(key) ? PyUnicode_Compare(key, self->stats_arg) : 1;
     if (is_stats == -1 && PyErr_Occurred()) return NULL;
     if (is_stats == 0) {
@@ -497,11 +491,7 @@ static PyObject *arg_kind(Encoder *self, PyObject *key) {
                           : Py_BuildValue("(iOO)", KIND_SHAPE, Py_None, texts);
         }
     }
-    if (kind == NULL) return NULL;
-    if (PyDict_GET_SIZE(self->kinds) >= MAX_KINDS) PyDict_Clear(self->kinds);
-    int stored = PyDict_SetItem(self->kinds, key, kind);
-    Py_DECREF(kind); /* the dict holds it */
-    return stored < 0 ? NULL : kind;
+    return kind;
 }
 
 /* The kind of the arg named by ``key`` (its bytes), borrowed, and its slot; NULL with no
@@ -521,12 +511,15 @@ static PyObject *key_kind(Encoder *self, const char *key, Py_ssize_t size, int *
             }
             PyObject *kind = arg_kind(self, name);
             Py_DECREF(name);
-            if (kind == NULL || self->keys_used >= KEY_SLOTS / 2) return NULL; /* full: Python's */
+            if (kind == NULL) return NULL;
+            if (self->keys_used >= KEY_SLOTS / 2) { /* full: Python's */
+                Py_DECREF(kind);
+                return NULL;
+            }
             entry->hash = hash;
             entry->size = size;
             memcpy(entry->key, key, (size_t)size);
-            Py_INCREF(kind);
-            entry->kind = kind;
+            entry->kind = kind; /* the slot holds it */
             self->keys_used++;
             *slot = at;
             return kind;
@@ -643,10 +636,7 @@ static int node_parts(Encoder *self, PyObject *node, PyObject *extra, PyObject *
         r = PYTHON;
         goto done;
     }
-    if (self->keys_stale) { /* the encoder's caches may have started again: ask anew */
-        clear_keys(self);
-        PyDict_Clear(self->kinds);
-    }
+    if (self->keys_stale) clear_keys(self); /* the encoder's caches may have started again */
     text = PyObject_GetAttr(args, s_text);
     if (text == NULL) goto done;
     if (PyObject_GetBuffer(text, &view, PyBUF_SIMPLE) < 0) {
@@ -719,7 +709,7 @@ static PyObject *Encoder_parts(Encoder *self, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_TypeError, "parts(node, extra, max_attributes)");
         return NULL;
     }
-    if (self->keys == NULL || self->kinds == NULL) { /* (set last by __init__) */
+    if (self->keys == NULL) { /* (set last by __init__) */
         PyErr_SetString(PyExc_ValueError, "Encoder not initialised");
         return NULL;
     }
@@ -881,7 +871,7 @@ static PyObject *Encoder_draft(Encoder *self, PyObject *const *args, Py_ssize_t 
                         "draft(node, extra, max_attributes, base, trace_id, parent_id, kit)");
         return NULL;
     }
-    if (self->keys == NULL || self->kinds == NULL) { /* (set last by __init__) */
+    if (self->keys == NULL) { /* (set last by __init__) */
         PyErr_SetString(PyExc_ValueError, "Encoder not initialised");
         return NULL;
     }
