@@ -2,8 +2,9 @@
 (``examples/fastapi_service``) on uvicorn, one worker, driven by ``wrk``.
 
     make bench   (or: .venv/bin/python -m bench.service_load [--quick] [--models cls,rec]
-                  [--repetitions R] [--seconds S] [--baseline never] [--sampler rate:2/s]
-                  [--baseline-perf-events off] [--perf-events off] [--no-spinning])
+                  [--repetitions R] [--seconds S] [--instances N] [--baseline never]
+                  [--sampler rate:2/s] [--baseline-perf-events off] [--perf-events off]
+                  [--leave-out PART] [--no-spinning])
 
 Per model, two servers of the same app run side by side, one with the profile sampler
 ``never`` (tracing only) and one with ``rate:2/s``; each exports its spans and metrics over
@@ -11,13 +12,20 @@ OTLP/gRPC to a real receiver in a third process (``bench.otlp_sink``), so export
 production. Each repetition loads one server, then the other (the order alternates, ABBA), for
 the same seconds with ``wrk -t2 -c8`` (8 connections: the one worker is saturated); the
 ``rate:2/s`` figures are taken as ratios to the ``never`` ones of the same repetition, and the
-median ratio is reported. Targets: requests/s at most 5 % lower, p99 at most 15 % higher.
+median ratio is reported, with the mean and its 95 % interval. ``--instances`` starts that many
+pairs of servers, one after the other, each for ``--repetitions`` repetitions: a server
+process has a speed of its own (a few % here), which repetitions on one pair cannot average
+out. Targets: requests/s at most 5 % lower, p99 at most 15 % higher.
 ``--baseline`` and ``--sampler`` compare two others: ``--sampler every:1000000000``
 profiles one run per server (its first), which prices what stays on after a session's first
 profiled run (ORT's thread-pool profiler, perf's always-counting events) apart from the
 profiled runs themselves. ``--baseline-perf-events`` and ``--perf-events`` set one server's
 ``OTEL_ORT_PERF_EVENTS`` (unset: otel-ort's default events), so that one sampler can be compared
-with perf off and on (``--baseline rate:2/s --baseline-perf-events off``). ``--no-spinning``
+with perf off and on (``--baseline rate:2/s --baseline-perf-events off``). ``--leave-out``
+prices one part of a profiled run's work: the compared server leaves it out
+(``bench/leave_out``: ``conversion``, ``delivery``, ``kept-file``, ``perf-work``), e.g.
+``--baseline rate:2/s --leave-out conversion``; both servers then import otel-ort at their
+start, as the one that leaves a part out must. ``--no-spinning``
 runs both servers with ORT's threads waiting for work without spinning (the example's
 ``ORT_SERVICE_SPINNING=0``).
 
@@ -43,6 +51,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.leave_out import FOLDER as LEAVE_OUT_FOLDER
+from bench.leave_out import PARTS as LEAVE_OUT_PARTS
 from bench.otlp_sink import ROOT, Received, SinkProcess
 from bench.service_models import SERVED_MODELS, ServedModel, flat_model, request_body
 from bench.wheel_models import add_model_options, chosen_models
@@ -59,15 +69,18 @@ WRK_THREADS = 2
 
 @dataclass(frozen=True)
 class Setup:
-    """How one server profiles: its sampler and, when given, its ``OTEL_ORT_PERF_EVENTS``."""
+    """How one server profiles: its sampler and, when given, its ``OTEL_ORT_PERF_EVENTS`` and
+    the part of each profiled run's work it leaves out (``bench.leave_out.PARTS``)."""
 
     sampler: str
     perf_events: str | None = None
+    leave_out: str | None = None
 
     @property
     def label(self) -> str:
         perf = "" if self.perf_events is None else f", perf {self.perf_events}"
-        return self.sampler + perf
+        without = "" if self.leave_out is None else f", without {self.leave_out}"
+        return self.sampler + perf + without
 
 
 SETUPS = (Setup(SAMPLERS[0]), Setup(SAMPLERS[1]))
@@ -97,10 +110,16 @@ class Block:
 
 
 def start_server(
-    setup: Setup, model: Path, endpoint: str, workdir: Path, spinning: bool = True
+    setup: Setup,
+    model: Path,
+    endpoint: str,
+    workdir: Path,
+    spinning: bool = True,
+    hooked: bool = False,
 ) -> Server:
     """The example on uvicorn (one worker, no access log), exporting to ``endpoint``;
-    ``spinning``: ORT's threads spin-wait for work (ORT's default)."""
+    ``spinning``: ORT's threads spin-wait for work (ORT's default); ``hooked``: with
+    ``bench/leave_out`` loaded at its start (leaving out ``setup.leave_out``, if any)."""
     port = free_port()
     tag = "".join(c if c.isalnum() else "-" for c in setup.label)
     env = {
@@ -114,6 +133,11 @@ def start_server(
     }
     if setup.perf_events is not None:
         env["OTEL_ORT_PERF_EVENTS"] = setup.perf_events
+    if hooked or setup.leave_out is not None:
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(LEAVE_OUT_FOLDER), *filter(None, [os.environ.get("PYTHONPATH")])]
+        )
+        env["OTEL_ORT_BENCH_LEAVE_OUT"] = setup.leave_out or "nothing"
     log = workdir / f"uvicorn-{tag}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -199,9 +223,10 @@ def measure(
     warmup: float,
     setups: tuple[Setup, Setup] = SETUPS,
     spinning: bool = True,
+    instances: int = 1,
 ) -> tuple[dict[Setup, list[Block]], list[Received]]:
-    """Blocks per setup of ``setups`` (repetition order) and what each server's receiver
-    took."""
+    """Blocks per setup of ``setups`` (repetition order, ``instances`` pairs of servers one
+    after the other) and what each setup's receivers took."""
     model = flat_model(served, cache)
     workdir = Path(tempfile.mkdtemp(prefix="otel-ort-service-load-"))
     body = workdir / "body.json"
@@ -209,30 +234,39 @@ def measure(
     script = workdir / "post.lua"
     script.write_text(post_script(body))
     blocks: dict[Setup, list[Block]] = {setup: [] for setup in setups}
-    with SinkProcess(len(setups)) as sink:
-        servers = [
-            start_server(setup, model, endpoint, workdir, spinning)
-            for setup, endpoint in zip(setups, sink.endpoints, strict=True)
+    hooked = any(setup.leave_out is not None for setup in setups)
+    taken = [Received(0, 0) for _ in setups]
+    for instance in range(instances):
+        with SinkProcess(len(setups)) as sink:
+            started = setups if instance % 2 == 0 else setups[::-1]  # who starts first, too
+            servers = {
+                setup: start_server(setup, model, endpoint, workdir, spinning, hooked)
+                for setup, endpoint in zip(started, sink.endpoints, strict=True)
+            }
+            try:
+                for server in servers.values():
+                    wait_ready(server, body.read_bytes())
+                    label = server.setup.label
+                    _progress(f"  {served.key}: {label} ready; warming up {warmup:.0f} s")
+                    run_wrk(server.url, script, warmup, WRK_THREADS, CONNECTIONS)
+                for repetition in range(repetitions):
+                    turn = instance * repetitions + repetition
+                    for setup in setups if turn % 2 == 0 else setups[::-1]:
+                        block = load_block(servers[setup], script, seconds)
+                        blocks[setup].append(block)
+                        _progress(
+                            f"  {served.key} {turn + 1}/{instances * repetitions} {setup.label}: "
+                            f"{block.wrk.requests_per_s:.1f} req/s, p99 {block.wrk.p99_ms:.1f} ms"
+                        )
+            finally:
+                for server in servers.values():
+                    stop_server(server)
+            received = dict(zip(started, sink.received(), strict=True))
+        taken = [
+            Received(was.spans + received[setup].spans, was.run_spans + received[setup].run_spans)
+            for was, setup in zip(taken, setups, strict=True)
         ]
-        try:
-            for server in servers:
-                wait_ready(server, body.read_bytes())
-                _progress(f"  {served.key}: {server.setup.label} ready; warming up {warmup:.0f} s")
-                run_wrk(server.url, script, warmup, WRK_THREADS, CONNECTIONS)
-            for repetition in range(repetitions):
-                order = servers if repetition % 2 == 0 else servers[::-1]
-                for server in order:
-                    block = load_block(server, script, seconds)
-                    blocks[server.setup].append(block)
-                    _progress(
-                        f"  {served.key} {repetition + 1}/{repetitions} {server.setup.label}: "
-                        f"{block.wrk.requests_per_s:.1f} req/s, p99 {block.wrk.p99_ms:.1f} ms"
-                    )
-        finally:
-            for server in servers:
-                stop_server(server)
-        received = sink.received()
-    return blocks, received
+    return blocks, taken
 
 
 def paired_ratios(base: list[float], other: list[float]) -> list[float]:
@@ -249,6 +283,15 @@ def _spread(ratios: list[float]) -> str:
         return f"{100 * (ratio - 1):+.1f}"
 
     return f"{pct(statistics.median(ratios))} % [{pct(min(ratios))}, {pct(max(ratios))}]"
+
+
+def mean_interval(ratios: list[float]) -> str:
+    """The mean change in %, ± the half-width of its 95 % interval (normal approximation;
+    "n/a" with one ratio)."""
+    mean = 100 * (statistics.fmean(ratios) - 1)
+    if len(ratios) < 2:
+        return f"{mean:+.1f} % ± n/a"
+    return f"{mean:+.1f} % ± {196 * statistics.stdev(ratios) / len(ratios) ** 0.5:.1f}"
 
 
 def chosen_setups(
@@ -290,21 +333,30 @@ def main() -> None:
         "--baseline-perf-events", default=None, help="the baseline's OTEL_ORT_PERF_EVENTS"
     )
     parser.add_argument("--perf-events", default=None, help="the other's OTEL_ORT_PERF_EVENTS")
+    parser.add_argument(
+        "--leave-out",
+        choices=sorted(LEAVE_OUT_PARTS),
+        default=None,
+        help="the compared server leaves this part of each profiled run's work out",
+    )
+    parser.add_argument(
+        "--instances", type=int, default=1, help="pairs of servers, one after the other"
+    )
     add_model_options(parser, SERVED_MODELS)
     args = parser.parse_args()
     repetitions = args.repetitions or (3 if args.quick else 5)
     seconds = args.seconds or (5.0 if args.quick else 10.0)
     keys = chosen_models(parser, args.models, SERVED_MODELS)
-    if repetitions < 1 or seconds < 1:
-        parser.error("--repetitions and --seconds must be at least 1")
+    if repetitions < 1 or seconds < 1 or args.instances < 1:
+        parser.error("--repetitions, --seconds and --instances must be at least 1")
     setups = chosen_setups(
         parser,
         Setup(args.baseline, args.baseline_perf_events),
-        Setup(args.sampler, args.perf_events),
+        Setup(args.sampler, args.perf_events, args.leave_out),
     )
     wrk_binary()
     _progress(
-        f"service_load: {repetitions} x {seconds:.0f} s per server and model, "
+        f"service_load: {args.instances} x {repetitions} x {seconds:.0f} s per server and model, "
         f"wrk -t{WRK_THREADS} -c{CONNECTIONS}, ORT's spinning "
         f"{'off' if args.no_spinning else 'on'}, {time.ctime()}"
     )
@@ -312,7 +364,14 @@ def main() -> None:
     for key in keys:
         served = SERVED_MODELS[key]
         blocks, received = measure(
-            served, args.cache, repetitions, seconds, 3.0, setups, not args.no_spinning
+            served,
+            args.cache,
+            repetitions,
+            seconds,
+            3.0,
+            setups,
+            not args.no_spinning,
+            args.instances,
         )
         for setup, got in zip(setups, received, strict=True):
             mine = blocks[setup]
@@ -338,13 +397,15 @@ def main() -> None:
         pair = (
             served.source.name,
             _spread(rps),
+            mean_interval(rps),
             "met" if met_rps else "missed",
             _spread(p99),
             "met" if met_p99 else "missed",
         )
         pairs.append("| " + " | ".join(pair) + " |")
     print(
-        f"\nservice_load, {time.strftime('%Y-%m-%d')}: medians over {repetitions} blocks of "
+        f"\nservice_load, {time.strftime('%Y-%m-%d')}: medians over "
+        f"{args.instances * repetitions} blocks of "
         f"{seconds:.0f} s (wrk -t{WRK_THREADS} -c{CONNECTIONS}; ORT's spinning "
         f"{'off' if args.no_spinning else 'on'})"
     )
@@ -355,8 +416,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print(f"\n{setups[1].label} against {setups[0].label}, paired by repetition: median [min, max]")
-    print("| model | requests/s | target (>= -5 %) | p99 | target (<= +15 %) |")
-    print("|---|---|---|---|---|")
+    print(
+        "| model | requests/s | requests/s, mean ± 95 % | target (>= -5 %) | p99 "
+        "| target (<= +15 %) |"
+    )
+    print("|---|---|---|---|---|---|")
     print("\n".join(pairs))
 
 

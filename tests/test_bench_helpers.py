@@ -7,6 +7,8 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,8 +21,9 @@ import onnxruntime as ort
 import pytest
 
 import otel_ort
+from bench.leave_out import FOLDER, PARTS
 from bench.otlp_sink import SinkProcess
-from bench.service_load import Setup, chosen_setups, paired_ratios
+from bench.service_load import Setup, chosen_setups, mean_interval, paired_ratios
 from bench.service_models import SERVED_MODELS, flat_model, request_body
 from bench.stage_timers import Hook, StageTimers
 from bench.wheel_models import fetch
@@ -85,6 +88,82 @@ def test_the_load_bench_compares_two_valid_different_setups(
         with pytest.raises(SystemExit):
             chosen_setups(parser, baseline, compared)
         assert said in capsys.readouterr().err
+
+
+def test_the_load_bench_reports_a_mean_with_its_interval() -> None:
+    assert mean_interval([0.95, 0.97, 0.99]) == "-3.0 % ± 2.3"
+    assert mean_interval([1.02]) == "+2.0 % ± n/a"
+    assert Setup("rate:2/s", None, "conversion").label == "rate:2/s, without conversion"
+
+
+# one profiled run, in a process started as a bench server starts: what reached the
+# span processors and the profile folder
+_LEAVE_OUT_PROBE = """
+import json, os, sys
+import numpy as np, onnxruntime as ort
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from otel_ort import OrtInstrumentor, flush_profiles
+from otel_ort.demo_model import mlp_model
+from otel_ort.sampling import Always
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+OrtInstrumentor().instrument(tracer_provider=provider, profile_sampler=Always(),
+                             profile_dir=sys.argv[1], perf_events="off")
+session = ort.InferenceSession(mlp_model(depth=3), providers=["CPUExecutionProvider"])
+session.run(None, {"x": np.zeros((1, 256), np.float32)})
+flush_profiles()
+names = [span.name for span in exporter.get_finished_spans()]
+nodes = [name for name in names if not name.startswith("onnxruntime.")]
+kept = [name for name in os.listdir(sys.argv[1]) if name.endswith(".json.gz")]
+print(json.dumps({"runs": names.count("onnxruntime.run"), "nodes": len(nodes), "kept": len(kept)}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("part", "nodes", "kept"),
+    [
+        ("nothing", True, 1),
+        ("conversion", False, 0),
+        ("delivery", False, 1),
+        ("kept-file", True, 0),
+    ],
+)
+def test_a_bench_server_leaves_out_the_part_it_is_told_to(
+    tmp_path: Path, part: str, nodes: bool, kept: int
+) -> None:
+    """``bench/leave_out`` in a real process: the run span always ends; the node spans and
+    the kept file go only where their part is left in."""
+    assert part == "nothing" or part in PARTS
+    env = {**os.environ, "PYTHONPATH": str(FOLDER), "OTEL_ORT_BENCH_LEAVE_OUT": part}
+    done = subprocess.run(
+        [sys.executable, "-c", _LEAVE_OUT_PROBE, str(tmp_path / "profiles")],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got["runs"] == 1
+    assert bool(got["nodes"]) is nodes
+    assert got["kept"] == kept
+
+
+def test_a_bench_server_told_an_unknown_part_says_so() -> None:
+    env = {**os.environ, "PYTHONPATH": str(FOLDER), "OTEL_ORT_BENCH_LEAVE_OUT": "spans"}
+    done = subprocess.run(
+        [sys.executable, "-c", "pass"],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "unknown part 'spans'" in done.stderr
 
 
 class Worked:

@@ -1,0 +1,15 @@
+"""What ``bench.service_load --leave-out`` can leave out of each profiled run's work, in a
+server of its own (``sitecustomize.py`` here does it there)."""
+
+from pathlib import Path
+
+FOLDER = Path(__file__).resolve().parent
+"""Put first on a server's ``PYTHONPATH``, with ``OTEL_ORT_BENCH_LEAVE_OUT`` set."""
+
+PARTS = {
+    "conversion": "the worker's whole conversion: no profile read, no spans, no kept file "
+    "(the run span still ends, the raw file is deleted)",
+    "delivery": "handing the node and kernel spans to the span processors (so no export)",
+    "kept-file": "writing the enriched Chrome JSON (and retention)",
+    "perf-work": "the worker's perf attribution (the counters still count)",
+}
