@@ -13,9 +13,10 @@ production. Each repetition loads one server, then the other (the order alternat
 the same seconds with ``wrk -t2 -c8`` (8 connections: the one worker is saturated); the
 ``rate:2/s`` figures are taken as ratios to the ``never`` ones of the same repetition, and the
 median ratio is reported, with the mean and its 95 % interval. ``--instances`` starts that many
-pairs of servers, one after the other, each for ``--repetitions`` repetitions: a server
-process has a speed of its own (a few % here), which repetitions on one pair cannot average
-out. Targets: requests/s at most 5 % lower, p99 at most 15 % higher.
+pairs of servers, one after the other, each for ``--repetitions`` repetitions: a pair of server
+processes has a speed of its own (a few % here), which repetitions on one pair cannot average
+out, so the interval is taken over the pairs (none with one pair). Targets: requests/s at most
+5 % lower, p99 at most 15 % higher.
 ``--baseline`` and ``--sampler`` compare two others: ``--sampler every:1000000000``
 profiles one run per server (its first), which prices what stays on after a session's first
 profiled run (ORT's thread-pool profiler, perf's always-counting events) apart from the
@@ -239,11 +240,12 @@ def measure(
     for instance in range(instances):
         with SinkProcess(len(setups)) as sink:
             started = setups if instance % 2 == 0 else setups[::-1]  # who starts first, too
-            servers = {
-                setup: start_server(setup, model, endpoint, workdir, spinning, hooked)
-                for setup, endpoint in zip(started, sink.endpoints, strict=True)
-            }
+            folder = workdir / f"pair-{instance + 1}"  # its own kept files and logs
+            folder.mkdir()
+            servers: dict[Setup, Server] = {}
             try:
+                for setup, endpoint in zip(started, sink.endpoints, strict=True):
+                    servers[setup] = start_server(setup, model, endpoint, folder, spinning, hooked)
                 for server in servers.values():
                     wait_ready(server, body.read_bytes())
                     label = server.setup.label
@@ -285,13 +287,21 @@ def _spread(ratios: list[float]) -> str:
     return f"{pct(statistics.median(ratios))} % [{pct(min(ratios))}, {pct(max(ratios))}]"
 
 
-def mean_interval(ratios: list[float]) -> str:
-    """The mean change in %, ± the half-width of its 95 % interval (normal approximation;
-    "n/a" with one ratio)."""
-    mean = 100 * (statistics.fmean(ratios) - 1)
-    if len(ratios) < 2:
-        return f"{mean:+.1f} % ± n/a"
-    return f"{mean:+.1f} % ± {196 * statistics.stdev(ratios) / len(ratios) ** 0.5:.1f}"
+_T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+"""Student's t, two-sided 95 %, for 1 to 10 degrees of freedom (1.96 beyond)."""
+
+
+def mean_interval(ratios: list[float], instances: int) -> str:
+    """The mean change in %, ± the half-width of its 95 % interval. ``ratios`` come in
+    ``instances`` equal runs, one per pair of servers, whose blocks share that pair's own
+    speed: so the interval is Student's t over the pairs' means ("n/a" with one pair)."""
+    size = len(ratios) // instances
+    means = [statistics.fmean(ratios[i * size : (i + 1) * size]) for i in range(instances)]
+    mean = 100 * (statistics.fmean(means) - 1)
+    if instances < 2:
+        return f"{mean:+.1f} % ± n/a (one pair of servers)"
+    t = _T_975[instances - 2] if instances - 1 <= len(_T_975) else 1.96
+    return f"{mean:+.1f} % ± {100 * t * statistics.stdev(means) / instances**0.5:.1f}"
 
 
 def chosen_setups(
@@ -397,7 +407,7 @@ def main() -> None:
         pair = (
             served.source.name,
             _spread(rps),
-            mean_interval(rps),
+            mean_interval(rps, args.instances),
             "met" if met_rps else "missed",
             _spread(p99),
             "met" if met_p99 else "missed",

@@ -28,6 +28,8 @@ from bench.service_models import SERVED_MODELS, flat_model, request_body
 from bench.stage_timers import Hook, StageTimers
 from bench.wheel_models import fetch
 from bench.wrk import WrkReportError, parse_report, post_script, run_wrk
+from otel_ort.perf.counting import PerfCounters
+from otel_ort.perf.events import default_event_names, parse_events
 
 # wrk 4.1.0's report (Debian), as printed on this VM against a server answering 404
 REPORT = """\
@@ -90,9 +92,11 @@ def test_the_load_bench_compares_two_valid_different_setups(
         assert said in capsys.readouterr().err
 
 
-def test_the_load_bench_reports_a_mean_with_its_interval() -> None:
-    assert mean_interval([0.95, 0.97, 0.99]) == "-3.0 % ± 2.3"
-    assert mean_interval([1.02]) == "+2.0 % ± n/a"
+def test_the_load_bench_gives_the_mean_an_interval_over_its_pairs_of_servers() -> None:
+    # two pairs of servers, two repetitions each: the pairs' means are 0.96 and 0.98
+    assert mean_interval([0.95, 0.97, 0.97, 0.99], 2) == "-3.0 % ± 12.7"
+    # the same blocks from one pair: no interval (its own speed is not averaged out)
+    assert mean_interval([0.95, 0.97, 0.97, 0.99], 1) == "-3.0 % ± n/a (one pair of servers)"
     assert Setup("rate:2/s", None, "conversion").label == "rate:2/s, without conversion"
 
 
@@ -111,59 +115,76 @@ exporter = InMemorySpanExporter()
 provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 OrtInstrumentor().instrument(tracer_provider=provider, profile_sampler=Always(),
-                             profile_dir=sys.argv[1], perf_events="off")
+                             profile_dir=sys.argv[1])
 session = ort.InferenceSession(mlp_model(depth=3), providers=["CPUExecutionProvider"])
 session.run(None, {"x": np.zeros((1, 256), np.float32)})
 flush_profiles()
-names = [span.name for span in exporter.get_finished_spans()]
-nodes = [name for name in names if not name.startswith("onnxruntime.")]
+spans = exporter.get_finished_spans()
+nodes = [span for span in spans if not span.name.startswith("onnxruntime.")]
+counted = [span for span in nodes if any(key.startswith("perf.") for key in span.attributes)]
 kept = [name for name in os.listdir(sys.argv[1]) if name.endswith(".json.gz")]
-print(json.dumps({"runs": names.count("onnxruntime.run"), "nodes": len(nodes), "kept": len(kept)}))
+print(json.dumps({"runs": [span.name for span in spans].count("onnxruntime.run"),
+                  "nodes": len(nodes), "counted": len(counted), "kept": len(kept)}))
 """
 
 
+def bench_server_env(part: str) -> dict[str, str]:
+    """The environment ``bench.service_load`` gives a server that leaves ``part`` out."""
+    path = [str(FOLDER), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), "OTEL_ORT_BENCH_LEAVE_OUT": part}
+
+
+def perf_counts_here() -> bool:
+    counters = PerfCounters(parse_events(list(default_event_names(False))), None, False)
+    return counters.prepare(quiet=True)
+
+
 @pytest.mark.parametrize(
-    ("part", "nodes", "kept"),
+    ("part", "nodes", "counted", "kept"),
     [
-        ("nothing", True, 1),
-        ("conversion", False, 0),
-        ("delivery", False, 1),
-        ("kept-file", True, 0),
+        ("nothing", True, True, 1),
+        ("conversion", False, False, 0),
+        ("delivery", False, False, 1),
+        ("kept-file", True, True, 0),
+        ("perf-work", True, False, 1),
     ],
 )
 def test_a_bench_server_leaves_out_the_part_it_is_told_to(
-    tmp_path: Path, part: str, nodes: bool, kept: int
+    tmp_path: Path, part: str, nodes: bool, counted: bool, kept: int
 ) -> None:
-    """``bench/leave_out`` in a real process: the run span always ends; the node spans and
-    the kept file go only where their part is left in."""
-    assert part == "nothing" or part in PARTS
-    env = {**os.environ, "PYTHONPATH": str(FOLDER), "OTEL_ORT_BENCH_LEAVE_OUT": part}
+    """``bench/leave_out`` in a real process: the run span always ends; the node spans, their
+    perf counts and the kept file come only where their part is left in."""
     done = subprocess.run(
         [sys.executable, "-c", _LEAVE_OUT_PROBE, str(tmp_path / "profiles")],
         check=False,
-        env=env,
+        env=bench_server_env(part),
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.splitlines()[-1])
-    assert got["runs"] == 1
-    assert bool(got["nodes"]) is nodes
-    assert got["kept"] == kept
+    assert (got["runs"], bool(got["nodes"]), got["kept"]) == (1, nodes, kept)
+    if perf_counts_here():  # else no node is counted either way
+        assert bool(got["counted"]) is counted
+    else:
+        assert not got["counted"]
 
 
-def test_a_bench_server_told_an_unknown_part_says_so() -> None:
-    env = {**os.environ, "PYTHONPATH": str(FOLDER), "OTEL_ORT_BENCH_LEAVE_OUT": "spans"}
+def test_a_bench_server_that_cannot_leave_its_part_out_ends_saying_why() -> None:
+    """Python would go on after an error in a ``sitecustomize``: the hook ends the process,
+    so that the bench never compares two equal servers."""
     done = subprocess.run(
-        [sys.executable, "-c", "pass"],
+        [sys.executable, "-c", "print('served')"],
         check=False,
-        env=env,
+        env=bench_server_env("spans"),
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert done.returncode != 0 and "unknown part 'spans'" in done.stderr
+    assert done.returncode == 2 and "served" not in done.stdout
+    assert "unknown part 'spans'" in done.stderr
+    assert set(PARTS) == {"conversion", "delivery", "kept-file", "perf-work"}
 
 
 class Worked:

@@ -8,8 +8,11 @@ FOLDER = Path(__file__).resolve().parent
 
 PARTS = {
     "conversion": "the worker's whole conversion: no profile read, no spans, no kept file "
-    "(the run span still ends, the raw file is deleted)",
+    "(the run span still ends, the raw file is deleted; the session's node count stays at its "
+    "first guess, so ORT's pool logs are cleared less often, a bias of about 0.01 % here)",
     "delivery": "handing the node and kernel spans to the span processors (so no export)",
     "kept-file": "writing the enriched Chrome JSON (and retention)",
-    "perf-work": "the worker's perf attribution (the counters still count)",
+    "perf-work": "the worker's perf attribution, and with it the node spans' perf attributes, "
+    "the kept file's counter tracks and the placing of node windows by the calling thread's "
+    "switches (the counters still count)",
 }

@@ -4,13 +4,24 @@ replacing an otel-ort internal, so that a benchmark can price that part. Never u
 the benchmarks.
 
 ``OTEL_ORT_BENCH_LEAVE_OUT`` names the part (``bench.leave_out.PARTS`` says what each is);
-``nothing`` leaves nothing out, with the same modules imported as early.
+``nothing`` leaves nothing out, with the same modules imported as early. Python goes on after
+an error in a ``sitecustomize``, so any error here ends the process instead: a server that
+silently left nothing out would make the bench compare two equal servers.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import traceback
 from typing import Any
+
+
+def _replace(owner: type, name: str, replacement: Any) -> None:
+    """``owner.name`` becomes ``replacement``; an ``AttributeError`` if there is none to
+    replace (renamed in otel-ort: this hook needs updating)."""
+    getattr(owner, name)
+    setattr(owner, name, replacement)
 
 
 def _leave_out(part: str) -> None:
@@ -19,27 +30,30 @@ def _leave_out(part: str) -> None:
     from otel_ort.profiling import conversion
     from otel_ort.profiling.store import remove_files
 
-    if part == "nothing":  # the baseline: the same modules imported as early
-        return
-    if part == "conversion":
+    def convert(self: Any, store: Any, span: Any, end_ns: int, run: Any, *_: Any) -> None:
+        self._count("profiled", 1)
+        if isinstance(run.counters, RawRun):
+            run.counters.settle()  # what the pool's next run would otherwise wait for
+        remove_files(store.written(run.files))
+        conversion.end_span(span, end_ns, "")
 
-        def convert(self: Any, store: Any, span: Any, end_ns: int, run: Any, *_: Any) -> None:
-            self._count("profiled", 1)
-            if isinstance(run.counters, RawRun):
-                run.counters.settle()  # what the pool's next run would otherwise wait for
-            remove_files(store.written(run.files))
-            conversion.end_span(span, end_ns, "")
-
-        conversion.Converter.convert = convert  # type: ignore[method-assign,assignment]
-    elif part == "delivery":
-        SpanDelivery.deliver_drafts = lambda self, drafts: 0  # type: ignore[method-assign]
-    elif part == "kept-file":
-        conversion.Converter._publish = lambda self, *args: None  # type: ignore[method-assign]
-    elif part == "perf-work":
-        conversion.Converter._perf_counts = lambda self, *args: None  # type: ignore[method-assign]
-    else:
-        raise SystemExit(f"OTEL_ORT_BENCH_LEAVE_OUT: unknown part {part!r}")
+    replacements: dict[str, list[tuple[type, str, Any]]] = {
+        "nothing": [],
+        "conversion": [(conversion.Converter, "convert", convert)],
+        "delivery": [(SpanDelivery, "deliver_drafts", lambda self, drafts: 0)],
+        "kept-file": [(conversion.Converter, "_publish", lambda self, *args: None)],
+        "perf-work": [(conversion.Converter, "_perf_counts", lambda self, *args: None)],
+    }
+    if part not in replacements:
+        raise ValueError(f"OTEL_ORT_BENCH_LEAVE_OUT: unknown part {part!r}")
+    for owner, name, replacement in replacements[part]:
+        _replace(owner, name, replacement)
 
 
 if os.environ.get("OTEL_ORT_BENCH_LEAVE_OUT"):
-    _leave_out(os.environ["OTEL_ORT_BENCH_LEAVE_OUT"])
+    try:
+        _leave_out(os.environ["OTEL_ORT_BENCH_LEAVE_OUT"])
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(2)
