@@ -327,9 +327,13 @@ def _progress(line: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3 repetitions of 5 s")
-    parser.add_argument("--repetitions", type=int, default=None, help="default 5")
-    parser.add_argument("--seconds", type=float, default=None, help="per block; default 10")
+    parser.add_argument(
+        "--quick", action="store_true", help="one pair of servers, 3 repetitions of 5 s"
+    )
+    parser.add_argument(
+        "--repetitions", type=int, default=None, help="per pair of servers; default 4"
+    )
+    parser.add_argument("--seconds", type=float, default=None, help="per block; default 8")
     parser.add_argument(
         "--no-spinning",
         action="store_true",
@@ -350,12 +354,16 @@ def main() -> None:
         help="the compared server leaves this part of each profiled run's work out",
     )
     parser.add_argument(
-        "--instances", type=int, default=1, help="pairs of servers, one after the other"
+        "--instances",
+        type=int,
+        default=None,
+        help="pairs of servers, one after the other; default 3",
     )
     add_model_options(parser, SERVED_MODELS)
     args = parser.parse_args()
-    repetitions = args.repetitions or (3 if args.quick else 5)
-    seconds = args.seconds or (5.0 if args.quick else 10.0)
+    repetitions = args.repetitions or (3 if args.quick else 4)
+    seconds = args.seconds or (5.0 if args.quick else 8.0)
+    args.instances = args.instances or (1 if args.quick else 3)
     keys = chosen_models(parser, args.models, SERVED_MODELS)
     if repetitions < 1 or seconds < 1 or args.instances < 1:
         parser.error("--repetitions, --seconds and --instances must be at least 1")
