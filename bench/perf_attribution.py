@@ -138,7 +138,7 @@ def _timed(call: Callable[[], T]) -> tuple[float, T]:
 
 
 def _digest(perf: PerfCounters, run: CountedRun) -> str:
-    counts = count_profile(perf, run.fresh_profile(), run.raw())
+    counts = count_profile(perf.settled(run.raw()), run.fresh_profile())
     text = repr((counts.run, counts.nodes, counts.problems, counts.tracks()))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -154,9 +154,9 @@ def _stage_us(perf: PerfCounters, run: CountedRun) -> dict[str, float]:
     times = {"attribute": us}
     times["node attributes"] = _timed(lambda: node_attributes(counts))[0]
     times["run attributes"] = _timed(lambda: run_attributes(counts, perf.unavailable_events))[0]
-    times["tracks"] = _timed(count_profile(perf, run.fresh_profile(), raw).track_text)[0]
+    times["tracks"] = _timed(count_profile(perf.settled(raw), run.fresh_profile()).track_text)[0]
     times["count_profile + tracks"] = _timed(
-        lambda: count_profile(perf, run.fresh_profile(), raw).track_text()
+        lambda: count_profile(perf.settled(raw), run.fresh_profile()).track_text()
     )[0]
     return times
 

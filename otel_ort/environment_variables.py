@@ -23,6 +23,11 @@ OTEL_ORT_PROFILE_MODE = "OTEL_ORT_PROFILE_MODE"
 """``on`` (the default: selected runs are profiled) or ``off`` (runs are traced, none is
 profiled)."""
 
+OTEL_ORT_PROFILE_CONVERSION = "OTEL_ORT_PROFILE_CONVERSION"
+"""Where profiles are converted: ``process`` (the default: a Python process of otel-ort's, so
+that the conversion does not hold the instrumented process's GIL) or ``thread`` (the
+profiler's worker thread)."""
+
 OTEL_ORT_PERF_EVENTS = "OTEL_ORT_PERF_EVENTS"
 """perf counters on profiled runs: ``default`` (task-clock, page-faults, context-switches, and
 cycles, instructions where the CPU has a PMU), ``off``, a comma-separated list such as

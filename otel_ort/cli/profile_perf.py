@@ -70,7 +70,7 @@ class CommandPerf:
         if counted is None or not profile.runs:  # (an empty profile: the run failed)
             return None
         try:
-            counts = count_profile(self._perf, profile, counted)
+            counts = count_profile(self._perf.settled(counted), profile)
         except Exception as exc:
             self._problems[f"attributing perf counts failed: {exc!r}"] += 1
             return None

@@ -8,7 +8,8 @@ the spans other threads end meanwhile. Only a processor that cannot take spans
 at all (shut down) makes spans count as dropped. Processors with ``take_drafts``
 (:class:`otel_ort.export.profile_export.ProfileExportProcessor`: ``configure()``'s and ``convert``'s
 OTLP exports) take span drafts and encode them themselves, waiting for room in their own
-queue; other processors get every span as a ``ReadableSpan``, except those marked
+queue, or take them already encoded (``take_encoded``: spans the conversion process
+encoded); other processors get every span as a ``ReadableSpan``, except those marked
 ``takes_profile_spans = False`` (``otel_ort.configure()``'s processor for request spans,
 whose queue profile bursts must not fill).
 
@@ -19,9 +20,11 @@ cannot take finished spans.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from otel_ort.export.sdk_internals import (
     active_span_processor,
@@ -53,6 +56,44 @@ class SpanDelivery:
     def _processors(self) -> Sequence[SpanProcessor]:
         # the multi-processor's list changes when the user adds a processor: read it each time
         return span_processors(self._active)
+
+    def encodings(self) -> tuple[str, ...] | None:
+        """The encodings in which every processor that takes profile spans takes them already
+        encoded (``take_encoded``), by name; ``None`` when one needs them as span objects."""
+        names: list[str] = []
+        for processor in self._processors():
+            if not getattr(processor, "takes_profile_spans", True):
+                continue
+            if getattr(processor, "take_encoded", None) is None:
+                return None
+            name = getattr(processor, "encoding_name", None)
+            if not isinstance(name, str):
+                return None
+            if name not in names:
+                names.append(name)
+        return tuple(names)
+
+    def deliver_encoded(
+        self,
+        resource: Resource,
+        scope: InstrumentationScope | None,
+        encoded: Mapping[str, Sequence[bytes]],
+    ) -> int:
+        """Give spans encoded in each of ``encodings()`` to the processors that take them so;
+        return how many spans a processor dropped (as ``deliver_drafts``). A processor whose
+        encoding is missing (one added since) drops them all."""
+        dropped: set[int] = set()
+        spans = max((len(one) for one in encoded.values()), default=0)
+        for processor in self._processors():
+            if not getattr(processor, "takes_profile_spans", True):
+                continue
+            take_encoded = getattr(processor, "take_encoded", None)
+            name = getattr(processor, "encoding_name", None)
+            if take_encoded is None or not isinstance(name, str) or name not in encoded:
+                dropped.update(range(spans))
+                continue
+            dropped.update(take_encoded(resource, scope, encoded[name]))
+        return len(dropped)
 
     def deliver_drafts(self, drafts: Sequence[SpanDraft]) -> int:
         """Give every span to every processor (otel-ort's encoding ones take the drafts, the

@@ -90,11 +90,26 @@ class ProfileExportProcessor(SpanProcessor):
 
     # -- taking spans ----------------------------------------------------------------------
 
+    @property
+    def encoding_name(self) -> str:
+        """The OTLP encoding it exports: ``protobuf`` or ``json``."""
+        return "json" if isinstance(self._encoding, JsonSpans) else "protobuf"
+
     def take_drafts(self, drafts: Sequence[SpanDraft]) -> set[int]:
         """Encode and queue ``drafts``, waiting for room while the queue is full; the
         indexes of those dropped (the processor was shut down), counted."""
         encoded = self._encoding.spans(list(drafts))
         entries = [(d.resource, d.scope, span) for d, span in zip(drafts, encoded, strict=True)]
+        return self._queue_entries(entries)
+
+    def take_encoded(
+        self, resource: Resource, scope: InstrumentationScope | None, spans: Sequence[bytes]
+    ) -> set[int]:
+        """Queue spans already encoded in this processor's encoding (``encoding_name``), all of
+        ``resource`` and ``scope``, as ``take_drafts`` does."""
+        return self._queue_entries([(resource, scope, span) for span in spans])
+
+    def _queue_entries(self, entries: list[_Entry]) -> set[int]:
         taken = 0
         with self._changed:
             if self._thread is None and not self._closed:

@@ -51,6 +51,7 @@ class Options:
 
 
 PROFILE_MODES = ("on", "off")
+CONVERSIONS = ("process", "thread")
 _REMOVED_MODES = ("twin", "serve")
 
 
@@ -66,6 +67,9 @@ class ProfilingOptions:
     max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES
     """Bytes of node and kernel spans per profiled run, as OTLP protobuf."""
     mode: str = "on"
+    conversion: str = "process"
+    """Where profiles are converted: ``process`` (a process of otel-ort's, where it can) or
+    ``thread`` (the profiler's worker thread)."""
     perf: PerfOptions | None = field(default_factory=lambda: PerfOptions())  # noqa: PLW0108
     """``None``: no perf counters."""
 
@@ -141,6 +145,7 @@ def _profiling_options(kwargs: Mapping[str, Any]) -> ProfilingOptions:
     max_files = parsed("profile_max_files", _positive) or DEFAULT_MAX_FILES
     max_bytes = parsed("profile_max_bytes", _positive) or DEFAULT_MAX_BYTES
     max_trace_bytes = parsed("profile_max_trace_bytes", _positive) or DEFAULT_MAX_TRACE_BYTES
+    conversion = parsed("profile_conversion", _conversion) or "process"
     try:
         perf = perf_options(kwargs)
     except SettingError as exc:
@@ -154,6 +159,7 @@ def _profiling_options(kwargs: Mapping[str, Any]) -> ProfilingOptions:
         max_bytes=max_bytes,
         max_trace_bytes=max_trace_bytes,
         mode=mode,
+        conversion=conversion,
         perf=perf,
     )
 
@@ -185,6 +191,7 @@ _VARIABLES = {  # the profile_* and perf_* options, and the variable each falls 
     "profile_max_bytes": env.OTEL_ORT_PROFILE_MAX_BYTES,
     "profile_max_trace_bytes": env.OTEL_ORT_PROFILE_MAX_TRACE_BYTES,
     "profile_mode": env.OTEL_ORT_PROFILE_MODE,
+    "profile_conversion": env.OTEL_ORT_PROFILE_CONVERSION,
     "perf_events": env.OTEL_ORT_PERF_EVENTS,
     "perf_period_ns": env.OTEL_ORT_PERF_PERIOD_NS,
 }
@@ -250,6 +257,13 @@ def _mode(value: Any, source: str) -> str:
     if mode not in PROFILE_MODES:
         raise ValueError(f"{source} is {value!r}: use one of {', '.join(PROFILE_MODES)}")
     return mode
+
+
+def _conversion(value: Any, source: str) -> str:
+    conversion = str(value).strip().lower()
+    if conversion not in CONVERSIONS:
+        raise ValueError(f"{source} is {value!r}: use one of {', '.join(CONVERSIONS)}")
+    return conversion
 
 
 def _events(value: Any, source: str) -> EventSelection | Literal[False] | None:

@@ -246,6 +246,58 @@ class RawRun:
 
 
 @dataclass(frozen=True, slots=True)
+class SettledRun:
+    """A counted run's records and what attributing them takes: made by the worker, picklable
+    (the conversion process attributes it)."""
+
+    threads: tuple[ThreadRaw, ...]
+    problems: tuple[str, ...]
+    """The threads it could not count (why)."""
+    calling_tid: int | None
+    kinds: dict[str, str]
+    """How each counted alias is attributed: the time alias first."""
+    time_alias: str
+    period_ns: int
+    unavailable_events: tuple[str, ...]
+    """One line per requested event that is never counted here."""
+
+    def attribute(self, windows: Windows) -> RunCounts:
+        """Per-node counts for ``windows`` (ns; the run's node windows, not overlapping),
+        moved later if the calling thread's switch records show them early (``late_ns``)."""
+        runs, throttled = [], 0
+        for thread in self.threads:
+            records = ThreadRecords()
+            for taken in thread.taken:
+                if taken.since_open is None:
+                    parse(taken.data, thread.dense_id, records)
+                else:
+                    parse_recent(taken.data, thread.window, records)
+            throttled += sum(
+                thread.window[0] <= moment <= thread.window[1] for moment in records.throttles
+            )
+            runs.append(
+                ThreadRun(
+                    thread.tid,
+                    thread.window,
+                    thread.before,
+                    thread.after,
+                    records,
+                    thread.ids,
+                    thread.incomplete,
+                    thread.running,
+                )
+            )
+        calling = next((run for run in runs if run.tid == self.calling_tid), None)
+        late = 0
+        pairs = window_array(windows)
+        if calling is not None:
+            late = late_start(calling, pairs)
+            pairs = pairs + late
+        attribution = attribute(runs, pairs, Counted(self.kinds, self.time_alias))
+        return RunCounts(attribution, self.period_ns, len(runs), throttled, self.problems, late)
+
+
+@dataclass(frozen=True, slots=True)
 class RunCounts:
     """What the worker puts on spans and in the Chrome JSON."""
 
@@ -336,44 +388,24 @@ class PerfCounters:
                 )
         return Pool(groups, problems)
 
-    def attribute(self, raw: RawRun, windows: Windows) -> RunCounts:
-        """Per-node counts for ``windows`` (ns; the run's node windows, not overlapping),
-        moved later if the calling thread's switch records show them early (``late_ns``)."""
+    def settled(self, raw: RawRun) -> SettledRun:
+        """``raw`` settled, with what attributing it needs (``prepare`` must have succeeded)."""
         plan = self._plan
         assert plan is not None
-        kinds = self._kinds(plan)
         threads, lost = raw.settle()
-        runs, throttled, problems = [], 0, list(lost)
-        for thread in threads:
-            records = ThreadRecords()
-            for taken in thread.taken:
-                if taken.since_open is None:
-                    parse(taken.data, thread.dense_id, records)
-                else:
-                    parse_recent(taken.data, thread.window, records)
-            throttled += sum(
-                thread.window[0] <= moment <= thread.window[1] for moment in records.throttles
-            )
-            runs.append(
-                ThreadRun(
-                    thread.tid,
-                    thread.window,
-                    thread.before,
-                    thread.after,
-                    records,
-                    thread.ids,
-                    thread.incomplete,
-                    thread.running,
-                )
-            )
-        calling = next((run for run in runs if run.tid == raw.calling_tid), None)
-        late = 0
-        pairs = window_array(windows)
-        if calling is not None:
-            late = late_start(calling, pairs)
-            pairs = pairs + late
-        attribution = attribute(runs, pairs, Counted(kinds, self._time_alias))
-        return RunCounts(attribution, plan.period_ns, len(runs), throttled, tuple(problems), late)
+        return SettledRun(
+            threads,
+            lost,
+            raw.calling_tid,
+            self._kinds(plan),
+            self._time_alias,
+            plan.period_ns,
+            tuple(self.unavailable_events),
+        )
+
+    def attribute(self, raw: RawRun, windows: Windows) -> RunCounts:
+        """Per-node counts for ``windows`` (see ``SettledRun.attribute``)."""
+        return self.settled(raw).attribute(windows)
 
     def _kinds(self, plan: probe.Plan) -> dict[str, str]:
         """How each counted alias is attributed: the time alias first."""

@@ -15,7 +15,7 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_ort import semconv
 from otel_ort.perf.attribution import Attribution, NodeColumns, as_ints
-from otel_ort.perf.counting import PerfCounters, RawRun, RunCounts
+from otel_ort.perf.counting import RunCounts, SettledRun
 from otel_ort.perf.tracks import counter_events, counter_text
 from otel_ort.profiles.chrome import EventText
 from otel_ort.profiles.records import Profile
@@ -41,8 +41,8 @@ class ProfileCounts:
     file (with the garbage collector paused, just before writing it)."""
 
 
-def count_profile(perf: PerfCounters, profile: Profile, raw: RawRun) -> ProfileCounts:
-    """Attribute ``raw`` to the nodes of ``profile``'s one run and move its start to where the
+def count_profile(counted: SettledRun, profile: Profile) -> ProfileCounts:
+    """Attribute ``counted`` to the nodes of ``profile``'s one run and move its start to where the
     counts place the run (``RunCounts.late_ns``); the counter tracks are made on demand
     (``ProfileCounts.tracks``)."""
     windows_us = [(node.ts, node.end) for node in profile.runs[0].nodes]
@@ -56,7 +56,7 @@ def count_profile(perf: PerfCounters, profile: Profile, raw: RawRun) -> ProfileC
         us = us[:0]
         problems.append("nodes ran concurrently (parallel execution): counts per run only")
     windows = profile.start_ns + (us * 1000).astype(np.int64)  # as int(µs * 1000), ns
-    counts = perf.attribute(raw, windows)
+    counts = counted.attribute(windows)
     profile.start_ns += counts.late_ns  # the spans and the kept file start there too
     pid = next((pid for pid in map(_pid, profile.events) if pid is not None), 0)
 
@@ -67,7 +67,7 @@ def count_profile(perf: PerfCounters, profile: Profile, raw: RawRun) -> ProfileC
         return EventText(pid, counter_text(counts, windows_us, pid))
 
     nodes = node_attributes(counts) if len(windows) else []
-    run = run_attributes(counts, [*perf.unavailable_events, *problems])
+    run = run_attributes(counts, [*counted.unavailable_events, *problems])
     return ProfileCounts(run, nodes, (*problems, *counts.problems), tracks, track_text)
 
 

@@ -60,7 +60,7 @@ this leaves a megabyte for the run span, the request's own spans and the request
 
 PROFILE_SCOPE_NAME = "otel_ort.profile"
 """The instrumentation scope of node and kernel spans (export pipelines route by it)."""
-_SCOPE = InstrumentationScope(PROFILE_SCOPE_NAME, __version__)
+PROFILE_SCOPE = InstrumentationScope(PROFILE_SCOPE_NAME, __version__)
 _UNIQUE_KEYS = (semconv.NODE_NAME, semconv.NODE_INDEX, semconv.NODE_DURATION_US)
 """Attributes whose values rarely repeat: not worth caching their encoding."""
 _LIMIT_SPANS, _LIMIT_BYTES = "max_node_spans", "max_trace_bytes"
@@ -89,7 +89,7 @@ class SpanBuilder:
         self._encoder = ProtobufSpans(_UNIQUE_KEYS)
         self._nodes = NodeEncoder()
         self._kit: DraftKit = (
-            SpanDraft, DeferredAttributes, node_attributes, self._resource, _SCOPE, MAX_TEXT
+            SpanDraft, DeferredAttributes, node_attributes, self._resource, PROFILE_SCOPE, MAX_TEXT
         )  # fmt: skip
 
     def run_drafts(
@@ -245,7 +245,7 @@ class SpanBuilder:
             attributes = DeferredAttributes(node_attributes, node, node_extra)
             draft = SpanDraft(
                 trace_id, 0, parent_id, clip(node.name), start, end, attributes, self._resource,
-                _SCOPE,
+                PROFILE_SCOPE,
             )  # fmt: skip
             draft.encoded = parts
             size = self._encoder.measure_parts(parts, parent_id, start, end)
@@ -345,7 +345,16 @@ class SpanBuilder:
             )
             dropped = limited.dropped
         return SpanDraft(
-            trace_id, 0, parent_id, name, start, end, limited, self._resource, _SCOPE, dropped
+            trace_id,
+            0,
+            parent_id,
+            name,
+            start,
+            end,
+            limited,
+            self._resource,
+            PROFILE_SCOPE,
+            dropped,
         )
 
 

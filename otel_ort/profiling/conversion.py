@@ -1,25 +1,40 @@
 """Worker: a profiled run's profile → node and kernel spans under its run span, perf counts,
 the kept (enriched) Chrome JSON, retention; then the run span ends at the time the run
-ended. A failure is said on the span (``onnxruntime.profile.error``), which still ends."""
+ended. A failure is said on the span (``onnxruntime.profile.error``), which still ends.
+
+The CPU-heavy part (:func:`~otel_ort.profiling.conversion_job.convert_job`) runs in the
+conversion process (:mod:`~otel_ort.profiling.conversion_process`) when the spans can go
+there and back as OTLP bytes: every span processor that takes profile spans is otel-ort's
+(``take_encoded``) and the tracer provider makes span ids as the SDK's default does. Else,
+or with ``profile_conversion="thread"``, it runs here, on the worker thread.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Span, format_span_id, format_trace_id
 
 from otel_ort import semconv
-from otel_ort._util.gc_pause import gc_paused
 from otel_ort.export.delivery import NotSdkTracerProvider, SpanDelivery
+from otel_ort.export.sdk_internals import span_limits
 from otel_ort.failures import report_failure
-from otel_ort.perf.counting import PerfCounters, RawRun
-from otel_ort.perf.report import ProfileCounts, count_profile
+from otel_ort.perf.counting import PerfCounters, RawRun, SettledRun
 from otel_ort.profiles.reader import ProfileError
-from otel_ort.profiles.records import Profile
-from otel_ort.profiles.span_draft import SpanDraft
-from otel_ort.profiles.spans import DEFAULT_MAX_TRACE_BYTES, SpanBuilder
-from otel_ort.profiling.kept import publish_run, read_run
+from otel_ort.profiles.spans import DEFAULT_MAX_TRACE_BYTES, PROFILE_SCOPE, SpanBuilder
+from otel_ort.profiling.conversion_job import (
+    ConversionJob,
+    Converted,
+    SpanJob,
+    SpanLayout,
+    convert_job,
+)
+from otel_ort.profiling.conversion_process import ConversionProcess, Lost
+from otel_ort.profiling.kept import store_kept
 from otel_ort.profiling.profiled_call import ProfiledRun
 from otel_ort.profiling.session_runs import SessionRuns
 from otel_ort.profiling.store import ProfileStore, remove_files
@@ -28,6 +43,22 @@ from otel_ort.version import __version__
 MAX_DETAIL = 512
 Count = Callable[[str, int], None]
 """Adds to one of the profiler's counts (and its metric)."""
+
+
+class _Destination:
+    """Where one tracer provider's profile spans go: its span processors (``delivery``) and a
+    builder for the spans made on the worker thread."""
+
+    def __init__(self, provider: Any, max_trace_bytes: int) -> None:
+        self.provider = provider
+        self.delivery = SpanDelivery(provider)  # first: it refuses a provider not the SDK's
+        self.builder = SpanBuilder(provider, max_trace_bytes=max_trace_bytes)
+        limits = span_limits(provider)
+        self.layout = SpanLayout(
+            limits.max_span_attributes, limits.max_span_attribute_length, max_trace_bytes
+        )
+        self.default_ids = type(provider.id_generator) is RandomIdGenerator
+        """Span ids as the SDK makes them by default: the conversion process can make them."""
 
 
 class Converter:
@@ -39,13 +70,16 @@ class Converter:
         provider: Callable[[], Any],
         count: Count,
         max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES,
+        process: ConversionProcess | None = None,
     ) -> None:
+        """``process``: where conversions run when they can (``None``: on the worker)."""
         self._perf = perf
         self._provider = provider
         self._count = count
         self.max_trace_bytes = max_trace_bytes
         """The byte budget of a run's node and kernel spans (``profile_max_trace_bytes``)."""
-        self._delivery: tuple[object, SpanBuilder, SpanDelivery] | None = None
+        self.process = process
+        self._destination: _Destination | None = None
 
     def convert(
         self,
@@ -73,6 +107,11 @@ class Converter:
                 self._count(semconv.PROFILE_ERROR_OUTCOME, 1)
             end_span(span, end_ns, "; ".join(problems))
 
+    def close(self) -> None:
+        """End the conversion process (the worker has stopped)."""
+        if self.process is not None:
+            self.process.close()
+
     def _keep_profile(
         self,
         store: ProfileStore,
@@ -82,70 +121,98 @@ class Converter:
         runs: SessionRuns,
         problems: list[str],
     ) -> None:
-        """Spans, enriched file, retention; what went wrong goes to ``problems``.
+        """Spans, kept file, retention; what went wrong goes to ``problems``."""
+        written = store.written(run.files)
+        if not written:
+            problems.append(
+                str(
+                    ProfileError(
+                        run.files.prefix, "ONNX Runtime wrote no profile file for this run"
+                    )
+                )
+            )
+            return
+        destination = self._destination_for(span, problems)
+        spans = None
+        if destination is not None:
+            context = span.get_span_context()
+            spans = SpanJob(context.trace_id, context.span_id, destination.layout)
+        counted = self._perf_counts(span, run.counters, problems)
+        job = ConversionJob(
+            written[-1],
+            run.start_ns,
+            counted,
+            spans,
+            _other_data(span, session_facts),
+            run.thread,
+            os.getpid(),
+        )
+        done = self._converted(job, destination)
+        if isinstance(done, Lost):
+            problems.append(done.detail)
+            return
+        problems += done.problems
+        if not done.read:
+            return
+        if done.nodes is not None:
+            runs.nodes = max(1, done.nodes)
+        if done.perf_attributes and span.is_recording():
+            span.set_attributes(done.perf_attributes)
+        if done.kept is not None:
+            self._publish(store, run, done.kept, problems)
+        if destination is not None and done.summary:
+            self._deliver(span, destination, done)
 
-        The cyclic garbage collector is paused while the profile is read, counted, made into
-        span drafts and written as the kept file: the collections the profile's tens of
-        thousands of acyclic objects would trigger, and the full ones they would lead to, cost
-        more than the work (measured 2026-11-26, a 415-node model: 6.1 ms of the worker's CPU
-        a run, 2.6 ms with these pauses). The parsed events are freed before the collector is
-        back, so that its first collection sees only the drafts. The drafts are delivered
-        after the pause: delivery may wait for room in an export queue as long as an export
-        takes, and a kept file that could not be written does not cost the run its spans."""
-        built = None
-        with gc_paused():
+    def _destination_for(self, span: Span, problems: list[str]) -> _Destination | None:
+        """Where the run's node spans go; ``None``: they are not made (the run span is not
+        recording, or the provider cannot take finished spans: said in ``problems``)."""
+        if not span.is_recording():
+            return None
+        provider = self._provider()
+        if self._destination is None or self._destination.provider is not provider:
             try:
-                profile = read_run(store, run.files, run.start_ns)
-            except ProfileError as exc:
-                problems.append(str(exc))
-                return
-            if profile.runs:
-                runs.nodes = max(1, len(profile.runs[0].nodes))
-            counts = None
-            if run.counters is not None and profile.runs:
-                counts = self._perf_counts(span, profile, run.counters, problems)
-            node_counts = counts.nodes if counts is not None else []
-            if span.is_recording() and profile.runs:
-                try:
-                    built = self._build(profile, span, node_counts)
-                except NotSdkTracerProvider as exc:  # no node spans; the file is still kept
-                    problems.append(f"{exc}; the Chrome JSON is still kept")
-            del node_counts
-            self._publish(store, span, run, session_facts, profile, counts, problems)
-            del profile, counts  # freed before the collector is back
-        if built is not None:
-            delivery, drafts, summary = built
-            dropped = delivery.deliver_drafts(drafts)
-            del drafts, built
-            span.set_attributes(summary)
-            if dropped:
-                span.set_attribute(semconv.PROFILE_SPANS_DROPPED, dropped)
-                self._count("spans_dropped", dropped)
+                self._destination = _Destination(provider, self.max_trace_bytes)
+            except NotSdkTracerProvider as exc:  # no node spans; the file is still kept
+                problems.append(f"{exc}; the Chrome JSON is still kept")
+                return None
+        return self._destination
+
+    def _converted(self, job: ConversionJob, destination: _Destination | None) -> Converted | Lost:
+        """``job`` done in the conversion process when its spans can come back encoded, else
+        here."""
+        if self.process is not None:
+            encodings: tuple[str, ...] | None = None
+            if destination is None:
+                encodings = ()
+            elif destination.default_ids:
+                encodings = destination.delivery.encodings()
+            if encodings is not None:
+                spans = job.spans
+                if spans is not None:
+                    spans = SpanJob(spans.trace_id, spans.parent_id, spans.layout, encodings)
+                done = self.process.convert(replace(job, spans=spans))
+                if done is not None:
+                    return done
+        return convert_job(job, destination.builder if destination is not None else None)
+
+    def _deliver(self, span: Span, destination: _Destination, done: Converted) -> None:
+        """Hand the node spans to the provider's span processors; the run summary on ``span``."""
+        if done.drafts is not None:
+            dropped = destination.delivery.deliver_drafts(done.drafts)
+        else:
+            resource = destination.provider.resource
+            dropped = destination.delivery.deliver_encoded(resource, PROFILE_SCOPE, done.encoded)
+        span.set_attributes(done.summary)
+        if dropped:
+            span.set_attribute(semconv.PROFILE_SPANS_DROPPED, dropped)
+            self._count("spans_dropped", dropped)
 
     def _publish(
-        self,
-        store: ProfileStore,
-        span: Span,
-        run: ProfiledRun,
-        session_facts: Any,
-        profile: Profile,
-        counts: ProfileCounts | None,
-        problems: list[str],
+        self, store: ProfileStore, run: ProfiledRun, kept: bytes, problems: list[str]
     ) -> None:
-        """The kept file (with the perf counter tracks) and retention; a failure goes to
-        ``problems``."""
-        context = span.get_span_context()
-        other_data = {
-            "session_id": session_facts.session_id,
-            "model": session_facts.run_attributes.get(semconv.MODEL_PATH, "unknown"),
-            "otel_ort_version": __version__,
-        }
-        if context.is_valid:  # not without an SDK tracer provider: no trace to point to
-            other_data["trace_id"] = format_trace_id(context.trace_id)
-            other_data["span_id"] = format_span_id(context.span_id)
+        """The kept file and retention; a failure goes to ``problems``."""
         try:
-            tracks = counts.track_text() if counts is not None else None
-            deleted = publish_run(store, run.files, profile, other_data, run.thread, tracks)
+            deleted = store_kept(store, run.files, kept)
         except Exception as exc:
             problems.append(f"keeping the profile failed: {exc!r}")
             report_failure("could not keep a profiled run's profile")
@@ -154,10 +221,12 @@ class Converter:
             self._count("files_deleted", deleted)
 
     def _perf_counts(
-        self, span: Span, profile: Profile, counters: RawRun | str, problems: list[str]
-    ) -> ProfileCounts | None:
-        """perf counts: totals on the run span; the node spans' attributes (in node order)
-        and the counter tracks for the kept file."""
+        self, span: Span, counters: RawRun | str | None, problems: list[str]
+    ) -> SettledRun | None:
+        """The run's perf records, settled, for attribution; why it was not counted goes on
+        the run span."""
+        if counters is None:
+            return None
         assert self._perf is not None
         if isinstance(counters, str):
             if span.is_recording():
@@ -166,31 +235,25 @@ class Converter:
                 )
             return None
         try:
-            counts = count_profile(self._perf, profile, counters)
+            return self._perf.settled(counters)
         except Exception as exc:
             problems.append(f"attributing perf counts failed: {exc!r}")
             report_failure("could not attribute perf counts")
             return None
-        if span.is_recording():
-            span.set_attributes(counts.run)
-        return counts
 
-    def _build(
-        self, profile: Any, span: Span, node_counts: list[dict[str, Any]]
-    ) -> tuple[SpanDelivery, list[SpanDraft], dict[str, Any]]:
-        """Node and kernel span drafts under the live run span, where they go, and the run
-        summary."""
-        provider = self._provider()
-        if self._delivery is None or self._delivery[0] is not provider:
-            delivery = SpanDelivery(provider)  # first: it refuses a provider not the SDK's
-            builder = SpanBuilder(provider, max_trace_bytes=self.max_trace_bytes)
-            self._delivery = (provider, builder, delivery)
-        _, builder, delivery = self._delivery
-        context = span.get_span_context()
-        drafts, summary = builder.node_drafts(
-            profile, profile.runs[0], context.trace_id, context.span_id, node_counts
-        )
-        return delivery, drafts, summary
+
+def _other_data(span: Span, session_facts: Any) -> dict[str, Any]:
+    """The kept file's ``otherData``: the session, the model, and the run span's ids."""
+    context = span.get_span_context()
+    other_data = {
+        "session_id": session_facts.session_id,
+        "model": session_facts.run_attributes.get(semconv.MODEL_PATH, "unknown"),
+        "otel_ort_version": __version__,
+    }
+    if context.is_valid:  # not without an SDK tracer provider: no trace to point to
+        other_data["trace_id"] = format_trace_id(context.trace_id)
+        other_data["span_id"] = format_span_id(context.span_id)
+    return other_data
 
 
 def end_span(span: Span, end_ns: int, problem: str) -> None:

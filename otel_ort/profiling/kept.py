@@ -51,16 +51,33 @@ def publish_run(
     thread: tuple[int, str],
     tracks: chrome.EventText | None = None,
 ) -> int:
-    """Publish ``profile``'s events enriched and gzip-compressed (``thread``: the OS id and
-    name of the thread that ran it; ``tracks``: perf counter tracks after them), delete ORT's
+    """Publish ``profile``'s events enriched and gzip-compressed (``kept_bytes``), delete ORT's
     file, apply retention; return how many old files it deleted."""
+    return store_kept(store, files, kept_bytes(profile, other_data, thread, os.getpid(), tracks))
+
+
+def kept_bytes(
+    profile: Profile,
+    other_data: Mapping[str, Any],
+    thread: tuple[int, str],
+    pid: int,
+    tracks: chrome.EventText | None = None,
+) -> bytes:
+    """``profile``'s events enriched and gzip-compressed: ``thread``, the OS id and name of the
+    thread that ran it, in process ``pid``; ``tracks``: perf counter tracks after them."""
     data = chrome.enrich(
         profile.events,
         other_data={chrome.START_TIME_KEY: profile.start_ns, **other_data},
-        process_name=f"onnxruntime (pid {os.getpid()})",
+        process_name=f"onnxruntime (pid {pid})",
         thread_names={thread[0]: f"{thread[1]} (run)"},
         tracks=tracks,
     )
-    store.publish(_gzip_compress(data, GZIP_LEVEL, mtime=0), files.path)
+    return _gzip_compress(data, GZIP_LEVEL, mtime=0)
+
+
+def store_kept(store: ProfileStore, files: RunFiles, data: bytes) -> int:
+    """Publish a run's kept file (``kept_bytes``), delete ORT's file, apply retention; return
+    how many old files it deleted."""
+    store.publish(data, files.path)
     remove_files(store.written(files))
     return store.retain(files.path)

@@ -35,6 +35,7 @@ from otel_ort.instrumentation.metrics import Instruments
 from otel_ort.instrumentation.options import ProfilingOptions
 from otel_ort.profiling import lifecycle
 from otel_ort.profiling.conversion import Converter, end_span
+from otel_ort.profiling.conversion_process import ConversionProcess
 from otel_ort.profiling.pool_log import PoolLogs
 from otel_ort.profiling.prerequisites import SHUT_DOWN, Prerequisites
 from otel_ort.profiling.profiled_call import (
@@ -99,7 +100,11 @@ class Profiler:
         """Clears the thread-pool profiler log of threads running profiled sessions."""
         self._tally = Tally(instruments)
         self._converter = Converter(
-            self._session_perf.perf, self._provider, self._tally.converted, options.max_trace_bytes
+            self._session_perf.perf,
+            self._provider,
+            self._tally.converted,
+            options.max_trace_bytes,
+            ConversionProcess() if options.conversion == "process" else None,
         )
         lifecycle.shut_down_at_exit(self)
         after_fork_in_child(self, Profiler._after_fork_in_child)
@@ -279,6 +284,8 @@ class Profiler:
         within ``timeout`` in all. Once: ``uninstrument()`` or the interpreter's exit."""
         if self._prerequisites.shut():
             lifecycle.stop(self.worker, self._provider, self._session_perf, timeout)
+            if not self.worker.unfinished:  # else a conversion may still need the process
+                self._converter.close()
 
     def _after_fork_in_child(self) -> None:
         self.worker.reset_after_fork()

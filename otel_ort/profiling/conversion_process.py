@@ -1,0 +1,198 @@
+"""The instrumented process's side of the conversion process: a Python process of otel-ort's
+that converts profiled runs, so that the conversion's CPU does not hold this process's GIL.
+
+A service's request threads need the GIL between ORT's runs; a conversion on the worker
+thread holds it for nearly all its CPU (8.6 ms a run of a 415-node model, measured
+2026-11-27), which cost a GIL-bound service several times the conversion's share of the
+CPU (``docs/benchmarks.md``). Here the worker only sends the job and waits for the answer
+(the GIL let go while it waits), then hands the encoded spans on.
+
+The process starts on the first profiled run that can use it (the worker waits up to
+``START_TIMEOUT_S`` for it to say it is ready) and ends with the profiler (``close``) or when
+this process ends (its input closes). A job it does not answer in ``JOB_TIMEOUT_S``, or one
+during which it ends, is lost: the run span says so, and the next run starts a new process.
+After ``MAX_FAILURES`` failures in a row (to start, or to answer), conversions run on the
+worker thread, and a warning says why. A process forked from this one starts its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import pickle
+import re
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+
+from otel_ort._util.forking import after_fork_in_child
+from otel_ort.profiling.conversion_job import ConversionJob, Converted
+from otel_ort.profiling.conversion_server import JobFailed, Ready
+from otel_ort.profiling.frames import FrameTimeout, read_frame, write_frame
+from otel_ort.version import __version__
+
+_logger = logging.getLogger("otel_ort")
+
+START_TIMEOUT_S = 30.0
+"""How long the worker waits for a new process to be ready (its imports take about 0.5 s)."""
+JOB_TIMEOUT_S = 120.0
+"""How long it waits for one run's answer (a 10,000-node run takes about 1 s)."""
+MAX_FAILURES = 3
+"""Failures in a row after which conversions stay on the worker thread."""
+
+_BOOTSTRAP = (
+    "import sys; sys.path[:] = __import__('json').loads(sys.argv[1]); "
+    "from otel_ort.profiling.conversion_server import main; main()"
+)
+_INTERPRETER = re.compile(r"(python|pypy)[0-9.]*")
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """The job got no answer: the process ended or stopped answering (``detail`` says so, for
+    the run span), or the conversion failed there."""
+
+    detail: str
+
+
+class ConversionProcess:
+    """Sends conversion jobs to a process of its own; used by one thread at a time."""
+
+    def __init__(self) -> None:
+        self._child: subprocess.Popen[bytes] | None = None
+        self._failures = 0
+        self._lock = threading.Lock()
+        self.unavailable = ""
+        """Why conversions run on the worker thread for good (empty: they need not)."""
+        after_fork_in_child(self, ConversionProcess._forget)
+
+    @property
+    def pid(self) -> int | None:
+        """The running process's id (``None``: none is running)."""
+        child = self._child
+        return child.pid if child is not None and child.poll() is None else None
+
+    def convert(self, job: ConversionJob) -> Converted | Lost | None:
+        """``job`` done in the conversion process (started if need be); ``Lost`` when it gave
+        no answer; ``None`` when there is no process to do it (the caller does it itself)."""
+        with self._lock:
+            child = self._running()
+            if child is None:
+                return None
+            assert child.stdin is not None and child.stdout is not None
+            try:
+                write_frame(child.stdin.fileno(), job)
+                answer = read_frame(child.stdout.fileno(), JOB_TIMEOUT_S)
+            except (OSError, EOFError, FrameTimeout, pickle.UnpicklingError) as exc:
+                return Lost(self._failed(f"it stopped while converting this run ({exc})"))
+            if answer is None:
+                return Lost(self._failed("it ended while converting this run"))
+            self._failures = 0
+            if isinstance(answer, JobFailed):
+                return Lost(f"converting the profile failed: {answer.detail.strip()[-400:]}")
+            assert isinstance(answer, Converted)
+            return answer
+
+    def close(self, timeout: float = 2.0) -> None:
+        """End the process: its input closes, then it is killed if it has not ended in
+        ``timeout`` seconds."""
+        if not self._lock.acquire(timeout=timeout):  # a job is still waiting for its answer
+            child = self._child
+            if child is not None:
+                child.kill()  # the job is lost, and said on its run span
+            return
+        try:
+            child, self._child = self._child, None
+        finally:
+            self._lock.release()
+        if child is not None:
+            _end(child, timeout)
+
+    def _running(self) -> subprocess.Popen[bytes] | None:
+        """The process, started and ready if need be; ``None`` if it cannot be had."""
+        if self.unavailable:
+            return None
+        child = self._child
+        if child is not None and child.poll() is None:
+            return child
+        if child is not None:
+            self._child = None
+            self._failed(f"it had ended (exit status {child.returncode})")
+            if self.unavailable:
+                return None
+        return self._start()
+
+    def _start(self) -> subprocess.Popen[bytes] | None:
+        interpreter = sys.executable
+        if not interpreter or not _INTERPRETER.fullmatch(os.path.basename(interpreter)):
+            self._give_up(f"sys.executable ({interpreter!r}) is not a Python interpreter")
+            return None
+        try:
+            child = subprocess.Popen(
+                [interpreter, "-I", "-c", _BOOTSTRAP, json.dumps(sys.path)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                bufsize=0,
+            )
+        except OSError as exc:
+            self._failed(f"it could not start ({exc})")
+            return None
+        assert child.stdout is not None
+        try:
+            ready = read_frame(child.stdout.fileno(), START_TIMEOUT_S)
+        except (OSError, EOFError, FrameTimeout, pickle.UnpicklingError) as exc:
+            ready = exc
+        if not isinstance(ready, Ready) or ready.version != __version__:
+            _end(child, 0.0)
+            self._failed(f"it did not start (it said {ready!r}; its errors are on standard error)")
+            return None
+        self._child = child
+        return child
+
+    def _failed(self, what: str) -> str:
+        """Count a failure of the process and say it; the detail for a run span."""
+        child, self._child = self._child, None
+        if child is not None:
+            _end(child, 0.0)
+        self._failures += 1
+        detail = f"the conversion process failed: {what}"
+        if self._failures >= MAX_FAILURES:
+            self._give_up(f"{detail} ({self._failures} failures in a row)")
+        else:
+            _logger.warning("otel-ort: %s; a new one starts for the next profiled run", detail)
+        return detail
+
+    def _give_up(self, why: str) -> None:
+        self.unavailable = why
+        _logger.warning(
+            "otel-ort: %s; profiles are converted on the profiler's worker thread from now on "
+            "(which holds the GIL while it converts)",
+            why,
+        )
+
+    def _forget(self) -> None:
+        """In a forked child: the process is the parent's; close this copy of its pipes."""
+        child, self._child = self._child, None
+        self._failures = 0
+        self._lock = threading.Lock()
+        if child is not None:
+            for pipe in (child.stdin, child.stdout):
+                if pipe is not None:
+                    pipe.close()
+            child.returncode = 0  # not this process's child: never waited for here
+
+
+def _end(child: subprocess.Popen[bytes], timeout: float) -> None:
+    """Close the process's input, wait up to ``timeout`` for it to end, else kill it."""
+    for pipe in (child.stdin, child.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    try:
+        child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()

@@ -1,0 +1,59 @@
+"""Objects over a pipe between otel-ort's own two processes: each a pickle after its length.
+
+Only the instrumented process and the conversion process it started read these frames, so
+unpickling them trusts nothing it did not write. Reading and writing are system calls on raw
+file descriptors: the GIL is let go while they wait.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import struct
+import time
+
+_LENGTH = struct.Struct("<Q")
+
+
+class FrameTimeout(TimeoutError):
+    """No whole frame came in time."""
+
+
+def write_frame(fd: int, value: object) -> None:
+    """Write ``value`` as one frame (``OSError`` when the other end is gone)."""
+    data = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_LENGTH.pack(len(data)) + data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def read_frame(fd: int, timeout_s: float | None = None) -> object | None:
+    """The next frame's value; ``None`` when the other end closed between frames.
+    ``EOFError`` when it closed inside one, ``FrameTimeout`` after ``timeout_s``."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    head = _read(fd, _LENGTH.size, deadline, at_start=True)
+    if head is None:
+        return None
+    (length,) = _LENGTH.unpack(head)
+    body = _read(fd, length, deadline, at_start=False)
+    assert body is not None
+    value: object = pickle.loads(body)
+    return value
+
+
+def _read(fd: int, size: int, deadline: float | None, at_start: bool) -> bytes | None:
+    data = bytearray()
+    while len(data) < size:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise FrameTimeout(f"no answer within the time allowed ({len(data)} bytes read)")
+        chunk = os.read(fd, min(size - len(data), 1 << 20))
+        if not chunk:
+            if at_start and not data:
+                return None
+            raise EOFError(f"the pipe closed inside a frame ({len(data)} of {size} bytes)")
+        data += chunk
+    return bytes(data)

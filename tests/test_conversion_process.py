@@ -1,0 +1,289 @@
+"""The conversion process: profiles converted in a process of otel-ort's give the spans and
+kept files the worker thread gives, through the real OTLP exporter to a real receiver; a
+process that dies, cannot start or is forked away from is replaced or given up, and said."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import stat
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_ort import OrtInstrumentor, configure, flush_profiles, semconv
+from otel_ort.export.otlp_encoding import JsonSpans
+from otel_ort.export.otlp_json_file import OtlpJsonFileSpanExporter
+from otel_ort.export.profile_export import ProfileExportProcessor
+from otel_ort.profiling import conversion_process
+from otel_ort.profiling.conversion_process import ConversionProcess
+from otel_ort.profiling.frames import FrameTimeout, read_frame, write_frame
+from otel_ort.profiling.run_options import run_profiling_switch
+from tests.conftest import instrumentation
+from tests.helpers.kept_files import kept_document
+from tests.helpers.otlp_receiver import OtlpReceiver
+
+pytestmark = pytest.mark.e2e
+FEEDS = {"x": np.ones((4, 32), np.float32)}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _switch_found() -> None:
+    run_profiling_switch()
+
+
+def _process() -> ConversionProcess | None:
+    process: ConversionProcess | None = OrtInstrumentor()._profiler._converter.process
+    return process
+
+
+@contextmanager
+def _exported(
+    receiver: OtlpReceiver, directory: Path, conversion: str, **options: Any
+) -> Iterator[TracerProvider]:
+    """ORT instrumented to profile every run, its spans exported over OTLP/gRPC by
+    ``configure``'s pipeline (not made global)."""
+    telemetry = configure(
+        endpoint=receiver.grpc_endpoint, insecure=True, metrics_export=False, set_global=False
+    )
+    try:
+        with instrumentation(
+            tracer_provider=telemetry.tracer_provider,
+            meter_provider=telemetry.meter_provider,
+            profile_sampler="always",
+            profile_dir=str(directory),
+            profile_conversion=conversion,
+            **options,
+        ):
+            yield telemetry.tracer_provider
+    finally:
+        telemetry.shutdown(timeout=30)
+
+
+def _profiled(session: ort.InferenceSession, runs: int) -> None:
+    for _ in range(runs):
+        session.run(None, FEEDS)
+    assert flush_profiles(timeout=60)
+
+
+def _by_run(
+    receiver: OtlpReceiver,
+) -> list[tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]]:
+    """Each run span's attributes, with its node spans' names and attributes (sorted), less
+    what differs from run to run (times, ids, file names)."""
+    spans = [span for _, span in receiver.spans()]
+    varying = ("duration", "_us", "profile.file", "thread", "time")
+
+    def plain(span: Any) -> dict[str, Any]:
+        return {
+            a.key: "counted" if a.key.startswith("perf.") else str(a.value)
+            for a in span.attributes
+            if not any(part in a.key for part in varying)
+        }
+
+    runs = []
+    for run in (s for s in spans if s.name == semconv.SPAN_RUN):
+        nodes = sorted((s.name, plain(s)) for s in spans if s.parent_span_id == run.span_id)
+        runs.append((plain(run), nodes))
+    return runs
+
+
+def test_the_process_gives_the_spans_and_files_the_thread_gives(
+    tmp_path: Path, mlp_path: Path
+) -> None:
+    """The same runs, converted in the process and on the worker thread: the same node
+    spans (names, attributes, perf counts among them, parents) and kept files that read the
+    same."""
+    results = {}
+    for conversion in ("process", "thread"):
+        with OtlpReceiver() as receiver:
+            directory = tmp_path / conversion
+            with _exported(receiver, directory, conversion, perf_events="default"):
+                session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+                _profiled(session, 3)
+                process = _process()
+                if conversion == "process":
+                    assert process is not None and process.pid is not None
+                    pid = process.pid
+                else:
+                    assert process is None
+            receiver.wait_for_spans(3 * 3)
+            results[conversion] = _by_run(receiver)
+            kept = sorted(directory.glob("*.json.gz"))
+            assert len(kept) == 3
+            document = kept_document(kept[0])
+            assert document["otherData"]["trace_id"]
+            results[conversion + " kept"] = sorted(
+                e["name"] for e in document["traceEvents"] if e.get("cat") == "Node"
+            )
+    assert results["process"] == results["thread"]
+    assert any(
+        key.startswith("perf.") for _, nodes in results["process"] for _, a in nodes for key in a
+    )
+    assert len(results["process"]) == 3 and all(nodes for _, nodes in results["process"])
+    assert results["process kept"] == results["thread kept"]
+    with pytest.raises(ProcessLookupError):  # ended with the profiler
+        os.kill(pid, 0)
+
+
+def test_a_provider_with_other_span_processors_converts_on_the_worker(
+    tmp_path: Path, mlp_path: Path
+) -> None:
+    """A span processor that is not otel-ort's needs span objects: no process is started."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with instrumentation(
+        tracer_provider=provider,
+        profile_sampler="always",
+        profile_dir=str(tmp_path),
+        perf_events="off",
+    ):
+        session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+        _profiled(session, 2)
+        process = _process()
+        assert process is not None and process.pid is None
+    runs = [s for s in exporter.get_finished_spans() if s.name == semconv.SPAN_RUN]
+    assert len(runs) == 2
+    assert all(s.attributes is not None and s.attributes[semconv.RUN_NODE_COUNT] for s in runs)
+
+
+def test_a_killed_process_is_replaced_and_said(
+    tmp_path: Path, mlp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A process killed between runs: the next run starts another (a warning says why),
+    and no run loses its spans."""
+    with OtlpReceiver() as receiver:
+        with _exported(receiver, tmp_path, "process", perf_events="off"):
+            session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+            _profiled(session, 1)
+            process = _process()
+            assert process is not None and process.pid is not None
+            first = process.pid
+            os.kill(first, signal.SIGKILL)
+            time.sleep(0.2)
+            with caplog.at_level(logging.WARNING, logger="otel_ort"):
+                _profiled(session, 1)
+            assert process.pid not in (None, first)
+        spans = receiver.wait_for_spans(2 * 3)
+    runs = [s for _, s in spans if s.name == semconv.SPAN_RUN]
+    assert len(runs) == 2
+    assert not any(a.key == semconv.PROFILE_ERROR for s in runs for a in s.attributes)
+    assert "the conversion process failed: it had ended (exit status -9)" in caplog.text
+
+
+def test_an_interpreter_that_cannot_start_it_leaves_conversions_on_the_worker(
+    tmp_path: Path,
+    mlp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``sys.executable`` a program that exits at once: three failed starts, then the
+    worker converts for good, and says so once; every run keeps its spans."""
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho not otel-ort >&2\nexit 3\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    with OtlpReceiver() as receiver:
+        with (
+            caplog.at_level(logging.WARNING, logger="otel_ort"),
+            _exported(receiver, tmp_path / "profiles", "process", perf_events="off"),
+        ):
+            session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+            _profiled(session, conversion_process.MAX_FAILURES + 1)
+            process = _process()
+            assert process is not None
+            assert "3 failures in a row" in process.unavailable
+        spans = receiver.wait_for_spans((conversion_process.MAX_FAILURES + 1) * 3)
+    runs = [s for _, s in spans if s.name == semconv.SPAN_RUN]
+    assert len(runs) == conversion_process.MAX_FAILURES + 1
+    assert not any(a.key == semconv.PROFILE_ERROR for s in runs for a in s.attributes)
+    assert caplog.text.count("converted on the profiler's worker thread from now on") == 1
+
+
+def test_a_forked_child_starts_a_process_of_its_own(tmp_path: Path, mlp_path: Path) -> None:
+    """After ``os.fork()`` the parent's process stays the parent's: the child's profiled run
+    starts its own, and the parent's still converts (spans to an OTLP/JSON file: the
+    process encodes them as JSON)."""
+    output = tmp_path / "spans.jsonl"
+    provider = TracerProvider()
+    provider.add_span_processor(
+        ProfileExportProcessor(OtlpJsonFileSpanExporter(output), JsonSpans())
+    )
+    with instrumentation(
+        tracer_provider=provider,
+        profile_sampler="always",
+        profile_dir=str(tmp_path / "profiles"),
+        perf_events="off",
+    ):
+        session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+        _profiled(session, 1)
+        process = _process()
+        assert process is not None
+        parent_helper = process.pid
+        assert parent_helper is not None
+        read_end, write_end = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child reports through the pipe)
+            code = 1
+            try:
+                assert process.pid is None
+                _profiled(session, 1)
+                os.write(write_end, str(process.pid).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        _, status = os.waitpid(child, 0)
+        child_helper = os.read(read_end, 64).decode()
+        os.close(read_end)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert child_helper and int(child_helper) != parent_helper
+        _profiled(session, 1)
+        assert process.pid == parent_helper
+    provider.shutdown()
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    names = [
+        span["name"]
+        for line in lines
+        for resource in line["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    ]
+    assert len(names) == 3 * 2  # the node spans of three runs, the child's among them
+
+
+def test_frames_go_both_ways_and_say_what_went_wrong() -> None:
+    """A frame round-trips; a pipe closed between frames is ``None``, inside one an
+    ``EOFError``; no frame in time is a ``FrameTimeout``."""
+    read_end, write_end = os.pipe()
+    value = {"spans": [b"x" * 300_000]}  # more than a pipe holds: read in several pieces
+    writer = threading.Thread(target=write_frame, args=(write_end, value))
+    writer.start()
+    assert read_frame(read_end, timeout_s=5) == value
+    writer.join()
+    with pytest.raises(FrameTimeout):
+        read_frame(read_end, timeout_s=0.05)
+    os.write(write_end, (100).to_bytes(8, "little") + b"abc")
+    os.close(write_end)
+    with pytest.raises(EOFError):
+        read_frame(read_end, timeout_s=5)
+    os.close(read_end)
+    read_end, write_end = os.pipe()
+    os.close(write_end)
+    assert read_frame(read_end) is None
+    os.close(read_end)
