@@ -4,6 +4,7 @@
     make bench   (or: .venv/bin/python -m bench.service_load [--quick] [--models cls,rec]
                   [--repetitions R] [--seconds S] [--instances N] [--baseline never]
                   [--sampler rate:2/s] [--baseline-perf-events off] [--perf-events off]
+                  [--baseline-conversion thread] [--conversion thread]
                   [--leave-out PART] [--no-spinning])
 
 Per model, two servers of the same app run side by side, one with the profile sampler
@@ -26,7 +27,10 @@ with perf off and on (``--baseline rate:2/s --baseline-perf-events off``). ``--l
 prices one part of a profiled run's work: the compared server leaves it out
 (``bench/leave_out``: ``conversion``, ``delivery``, ``kept-file``, ``perf-work``), e.g.
 ``--baseline rate:2/s --leave-out conversion``; both servers then import otel-ort at their
-start, as the one that leaves a part out must. ``--no-spinning``
+start, as the one that leaves a part out must. ``--baseline-conversion`` and ``--conversion``
+set one server's ``OTEL_ORT_PROFILE_CONVERSION``, so that the conversion process can be
+compared with the worker thread (``--baseline rate:2/s --baseline-conversion thread``).
+``--no-spinning``
 runs both servers with ORT's threads waiting for work without spinning (the example's
 ``ORT_SERVICE_SPINNING=0``).
 
@@ -70,18 +74,22 @@ WRK_THREADS = 2
 
 @dataclass(frozen=True)
 class Setup:
-    """How one server profiles: its sampler and, when given, its ``OTEL_ORT_PERF_EVENTS`` and
-    the part of each profiled run's work it leaves out (``bench.leave_out.PARTS``)."""
+    """How one server profiles: its sampler and, when given, its ``OTEL_ORT_PERF_EVENTS``, the
+    part of each profiled run's work it leaves out (``bench.leave_out.PARTS``) and where its
+    profiles are converted."""
 
     sampler: str
     perf_events: str | None = None
     leave_out: str | None = None
+    conversion: str | None = None
+    """Its ``OTEL_ORT_PROFILE_CONVERSION`` (``None``: otel-ort's default)."""
 
     @property
     def label(self) -> str:
         perf = "" if self.perf_events is None else f", perf {self.perf_events}"
+        where = "" if self.conversion is None else f", conversion {self.conversion}"
         without = "" if self.leave_out is None else f", without {self.leave_out}"
-        return self.sampler + perf + without
+        return self.sampler + perf + where + without
 
 
 SETUPS = (Setup(SAMPLERS[0]), Setup(SAMPLERS[1]))
@@ -134,6 +142,8 @@ def start_server(
     }
     if setup.perf_events is not None:
         env["OTEL_ORT_PERF_EVENTS"] = setup.perf_events
+    if setup.conversion is not None:
+        env["OTEL_ORT_PROFILE_CONVERSION"] = setup.conversion
     if hooked or setup.leave_out is not None:
         env["PYTHONPATH"] = os.pathsep.join(
             [str(LEAVE_OUT_FOLDER), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -347,6 +357,13 @@ def main() -> None:
         "--baseline-perf-events", default=None, help="the baseline's OTEL_ORT_PERF_EVENTS"
     )
     parser.add_argument("--perf-events", default=None, help="the other's OTEL_ORT_PERF_EVENTS")
+    for prefix, whose in (("--baseline-", "the baseline's"), ("--", "the other's")):
+        parser.add_argument(
+            f"{prefix}conversion",
+            choices=("process", "thread"),
+            default=None,
+            help=f"{whose} OTEL_ORT_PROFILE_CONVERSION",
+        )
     parser.add_argument(
         "--leave-out",
         choices=sorted(LEAVE_OUT_PARTS),
@@ -369,8 +386,8 @@ def main() -> None:
         parser.error("--repetitions, --seconds and --instances must be at least 1")
     setups = chosen_setups(
         parser,
-        Setup(args.baseline, args.baseline_perf_events),
-        Setup(args.sampler, args.perf_events, args.leave_out),
+        Setup(args.baseline, args.baseline_perf_events, conversion=args.baseline_conversion),
+        Setup(args.sampler, args.perf_events, args.leave_out, args.conversion),
     )
     wrk_binary()
     _progress(

@@ -100,8 +100,10 @@ def test_the_load_bench_gives_the_mean_an_interval_over_its_pairs_of_servers() -
     assert Setup("rate:2/s", None, "conversion").label == "rate:2/s, without conversion"
 
 
-# one profiled run, in a process started as a bench server starts: what reached the
-# span processors and the profile folder
+# one profiled run, in a process started as a bench server starts, converted on the worker
+# thread (an in-memory exporter takes every span) or in the conversion process (node spans
+# to an OTLP/JSON file, as the process encodes them; the run span to the in-memory one):
+# what reached the span processors and the profile folder
 _LEAVE_OUT_PROBE = """
 import json, os, sys
 import numpy as np, onnxruntime as ort
@@ -110,19 +112,39 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from otel_ort import OrtInstrumentor, flush_profiles
 from otel_ort.demo_model import mlp_model
+from otel_ort.export.otlp_encoding import JsonSpans
+from otel_ort.export.otlp_json_file import OtlpJsonFileSpanExporter
+from otel_ort.export.profile_export import ProfileExportProcessor
 from otel_ort.sampling import Always
+folder, conversion = sys.argv[1], sys.argv[2]
 exporter = InMemorySpanExporter()
 provider = TracerProvider()
-provider.add_span_processor(SimpleSpanProcessor(exporter))
+memory = SimpleSpanProcessor(exporter)
+provider.add_span_processor(memory)
+output = os.path.join(folder, "spans.jsonl")
+os.makedirs(folder)
+if conversion == "process":
+    memory.takes_profile_spans = False
+    provider.add_span_processor(
+        ProfileExportProcessor(OtlpJsonFileSpanExporter(output), JsonSpans(), delay_ms=0)
+    )
 OrtInstrumentor().instrument(tracer_provider=provider, profile_sampler=Always(),
-                             profile_dir=sys.argv[1])
+                             profile_dir=folder, profile_conversion=conversion)
 session = ort.InferenceSession(mlp_model(depth=3), providers=["CPUExecutionProvider"])
 session.run(None, {"x": np.zeros((1, 256), np.float32)})
 flush_profiles()
 spans = exporter.get_finished_spans()
-nodes = [span for span in spans if not span.name.startswith("onnxruntime.")]
-counted = [span for span in nodes if any(key.startswith("perf.") for key in span.attributes)]
-kept = [name for name in os.listdir(sys.argv[1]) if name.endswith(".json.gz")]
+nodes = [list(span.attributes) for span in spans if not span.name.startswith("onnxruntime.")]
+if os.path.exists(output):
+    nodes += [
+        [attribute["key"] for attribute in span["attributes"]]
+        for line in open(output)
+        for resource in json.loads(line)["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    ]
+counted = [keys for keys in nodes if any(key.startswith("perf.") for key in keys)]
+kept = [name for name in os.listdir(folder) if name.endswith(".json.gz")]
 print(json.dumps({"runs": [span.name for span in spans].count("onnxruntime.run"),
                   "nodes": len(nodes), "counted": len(counted), "kept": len(kept)}))
 """
@@ -139,6 +161,7 @@ def perf_counts_here() -> bool:
     return counters.prepare(quiet=True)
 
 
+@pytest.mark.parametrize("conversion", ["thread", "process"])
 @pytest.mark.parametrize(
     ("part", "nodes", "counted", "kept"),
     [
@@ -150,12 +173,13 @@ def perf_counts_here() -> bool:
     ],
 )
 def test_a_bench_server_leaves_out_the_part_it_is_told_to(
-    tmp_path: Path, part: str, nodes: bool, counted: bool, kept: int
+    tmp_path: Path, part: str, nodes: bool, counted: bool, kept: int, conversion: str
 ) -> None:
-    """``bench/leave_out`` in a real process: the run span always ends; the node spans, their
-    perf counts and the kept file come only where their part is left in."""
+    """``bench/leave_out`` in a real process, its profile converted on the worker thread or
+    in the conversion process: the run span always ends; the node spans, their perf counts
+    and the kept file come only where their part is left in."""
     done = subprocess.run(
-        [sys.executable, "-c", _LEAVE_OUT_PROBE, str(tmp_path / "profiles")],
+        [sys.executable, "-c", _LEAVE_OUT_PROBE, str(tmp_path / "profiles"), conversion],
         check=False,
         env=bench_server_env(part),
         capture_output=True,

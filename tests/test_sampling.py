@@ -195,6 +195,10 @@ def test_instrument_options_and_environment(
     )
     monkeypatch.setenv("OTEL_ORT_PROFILE_MODE", "Off")
     assert parse_options({}).profiling.mode == "off"
+    assert parse_options({}).profiling.conversion == "process"
+    monkeypatch.setenv("OTEL_ORT_PROFILE_CONVERSION", " Thread ")
+    assert parse_options({}).profiling.conversion == "thread"
+    assert parse_options({"profile_conversion": "process"}).profiling.conversion == "process"
     explicit = parse_options({"profile_sampler": Ratio(0.5), "profile_max_files": 3}).profiling
     assert (repr(explicit.sampler), explicit.max_files) == ("Ratio(0.5)", 3)
 
@@ -220,6 +224,7 @@ def test_default_is_no_profiling(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"profile_mode": "always"}, ValueError, "'always': use one of on, off"),
         ({"profile_mode": "twin"}, ValueError, "'twin': profiling no longer uses a twin"),
         ({"profile_mode": "serve"}, ValueError, "use 'on' \\(the default\\) or 'off'"),
+        ({"profile_conversion": "fork"}, ValueError, "'fork': use one of process, thread"),
     ],
 )
 def test_bad_profile_options(options: dict[str, object], error: type, message: str) -> None:
@@ -234,6 +239,7 @@ def test_bad_profile_options(options: dict[str, object], error: type, message: s
         ("OTEL_ORT_PROFILE_MODE", "serv", "is 'serv': use one of on, off"),
         ("OTEL_ORT_PROFILE_MODE", "Serve", "is 'Serve': profiling no longer uses a twin"),
         ("OTEL_ORT_PROFILE_MAX_BYTES", "lots", "must be a whole number >= 1"),
+        ("OTEL_ORT_PROFILE_CONVERSION", "none", "is 'none': use one of process, thread"),
         ("OTEL_ORT_PROFILE_DIR", "OPEN", "is open to other users"),
         ("OTEL_ORT_PERF_EVENTS", "missing/perf_config.json", "perf_config.json"),
     ],

@@ -7,12 +7,13 @@ FOLDER = Path(__file__).resolve().parent
 """Put first on a server's ``PYTHONPATH``, with ``OTEL_ORT_BENCH_LEAVE_OUT`` set."""
 
 PARTS = {
-    "conversion": "the worker's whole conversion: no profile read, no spans, no kept file "
+    "conversion": "the whole conversion (the worker's and the conversion process's): no "
+    "profile read, no spans, no kept file "
     "(the run span still ends, the raw file is deleted; the session's node count stays at its "
     "first guess, so ORT's pool logs are cleared less often, a bias of about 0.01 % here)",
     "delivery": "handing the node and kernel spans to the span processors (so no export)",
-    "kept-file": "writing the enriched Chrome JSON (and retention)",
-    "perf-work": "the worker's perf attribution, and with it the node spans' perf attributes, "
-    "the kept file's counter tracks and the placing of node windows by the calling thread's "
-    "switches (the counters still count)",
+    "kept-file": "storing the enriched Chrome JSON (and retention; its bytes are still made)",
+    "perf-work": "the perf attribution (the worker's or the conversion process's), and with "
+    "it the node spans' perf attributes, the kept file's counter tracks and the placing of "
+    "node windows by the calling thread's switches (the counters still count)",
 }

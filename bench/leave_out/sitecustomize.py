@@ -40,7 +40,10 @@ def _leave_out(part: str) -> None:
     replacements: dict[str, list[tuple[type, str, Any]]] = {
         "nothing": [],
         "conversion": [(conversion.Converter, "convert", convert)],
-        "delivery": [(SpanDelivery, "deliver_drafts", lambda self, drafts: 0)],
+        "delivery": [
+            (SpanDelivery, "deliver_drafts", lambda self, drafts: 0),
+            (SpanDelivery, "deliver_encoded", lambda self, *args: 0),
+        ],
         "kept-file": [(conversion.Converter, "_publish", lambda self, *args: None)],
         "perf-work": [(conversion.Converter, "_perf_counts", lambda self, *args: None)],
     }

@@ -30,7 +30,8 @@ class OrtInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     ``OrtInstrumentor().instrument(tracer_provider=None, meter_provider=None,
     request_hook=None, response_hook=None, profile_sampler=None, profile_dir=None,
-    profile_max_files=None, profile_max_bytes=None, profile_mode=None)``; see ``README.md``
+    profile_max_files=None, profile_max_bytes=None, profile_mode=None,
+    profile_conversion=None, ...)``; see ``README.md``
     for what each run records and which runs are profiled.
     """
 

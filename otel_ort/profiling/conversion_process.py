@@ -44,7 +44,9 @@ MAX_FAILURES = 3
 """Failures in a row after which conversions stay on the worker thread."""
 
 _BOOTSTRAP = (
-    "import sys; sys.path[:] = __import__('json').loads(sys.argv[1]); "
+    "import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "sys.path[:] = __import__('json').loads(sys.argv[1]); "
     "from otel_ort.profiling.conversion_server import main; main()"
 )
 _INTERPRETER = re.compile(r"(python|pypy)[0-9.]*")

@@ -14,7 +14,6 @@ process group: the instrumented process decides when it ends) and ends when its 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import traceback
 from dataclasses import dataclass
@@ -88,7 +87,6 @@ def serve(jobs_fd: int, answers_fd: int) -> None:
 
 def main() -> None:
     """The process's entry: its protocol on standard input and output."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     answers_fd = os.dup(1)  # frames only: anything printed goes to standard error
     os.dup2(2, 1)
     sys.stdout = sys.stderr
