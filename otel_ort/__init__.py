@@ -2,15 +2,42 @@
 
 >>> from otel_ort import OrtInstrumentor
 >>> OrtInstrumentor().instrument()   # every InferenceSession run becomes a span
+
+The public names are imported when first used (PEP 562), so that importing one of otel-ort's
+modules does not import the rest: the conversion process needs neither ONNX Runtime nor the
+exporters.
 """
 
-from otel_ort.export.configure import configure, wait_before_shutdown
-from otel_ort.instrumentation import OrtInstrumentor, flush_profiles, wait_for_profiles
-from otel_ort.sampling import profile_next_run
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from otel_ort.version import __version__
 
-# configure()'s shutdown first waits for profiled runs being converted (export/ does not
-# import the instrumentor: this is where the two meet)
-wait_before_shutdown(wait_for_profiles)
+if TYPE_CHECKING:
+    from otel_ort.export.configure import configure
+    from otel_ort.instrumentation import OrtInstrumentor, flush_profiles
+    from otel_ort.sampling import profile_next_run
+
+_HOMES = {
+    "OrtInstrumentor": "otel_ort.instrumentation",
+    "configure": "otel_ort.export.configure",
+    "flush_profiles": "otel_ort.instrumentation",
+    "profile_next_run": "otel_ort.sampling",
+}
 
 __all__ = ["OrtInstrumentor", "__version__", "configure", "flush_profiles", "profile_next_run"]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'otel_ort' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

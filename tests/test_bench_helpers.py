@@ -121,8 +121,7 @@ exporter = InMemorySpanExporter()
 provider = TracerProvider()
 memory = SimpleSpanProcessor(exporter)
 provider.add_span_processor(memory)
-output = os.path.join(folder, "spans.jsonl")
-os.makedirs(folder)
+output = folder + "-spans.jsonl"
 if conversion == "process":
     memory.takes_profile_spans = False
     provider.add_span_processor(

@@ -65,8 +65,8 @@ _waits_before_shutdown: list[Callable[[float], object]] = []
 
 def wait_before_shutdown(wait: Callable[[float], object]) -> None:
     """Have every ``Telemetry.shutdown`` call ``wait(seconds)`` first, with the seconds left
-    of its timeout: the package registers the wait for profiled runs being converted (their
-    run spans end in the profile worker), so that this module need not import the
+    of its timeout: the instrumentation registers the wait for profiled runs being converted
+    (their run spans end in the profile worker), so that this module need not import the
     instrumentor. A wait registered twice is called once."""
     if wait not in _waits_before_shutdown:
         _waits_before_shutdown.append(wait)

@@ -16,6 +16,7 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
     BaseInstrumentor,
 )
 
+from otel_ort.export.configure import wait_before_shutdown
 from otel_ort.instrumentation.method_patches import Patch, patch, restore
 from otel_ort.instrumentation.metrics import Instruments
 from otel_ort.instrumentation.options import BASE_KEYS, Options, parse_options
@@ -101,3 +102,8 @@ def wait_for_profiles(timeout: float) -> bool:
     timeout); ``False`` if ``timeout`` seconds were not enough."""
     profiler = OrtInstrumentor()._profiler
     return True if profiler is None else bool(profiler.worker.drain(timeout))
+
+
+# configure()'s shutdown first waits for profiled runs being converted (export/ does not
+# import the instrumentor: this is where the two meet)
+wait_before_shutdown(wait_for_profiles)
