@@ -1,5 +1,6 @@
 """What profiling costs in memory: RSS of a process that profiles every run of a real model,
-against the same process with the same imports and providers that does not instrument.
+against the same process with the same imports and providers that does not instrument, and
+the RSS of its conversion process.
 
 Each measurement is its own process (one model, one mode): it loads the model, runs it 80
 times (``Always()`` when instrumented), waits for the profiles' conversion, and prints its
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.wheel_models import OCR_MODELS, WheelModel, fetch
@@ -48,10 +50,15 @@ session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
 x = feeds(session, model)
 for _ in range(runs):
     session.run(None, x)
+conversion = 0
 if instrumented:
     assert flush_profiles(timeout=120)
+    pid = OrtInstrumentor()._profiler._converter.process.pid
+    conversion = -1 if pid is None else next(
+        int(l.split()[1]) for l in open(f"/proc/{{pid}}/status") if l.startswith("VmRSS")
+    )
 rss = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS"))
-print(json.dumps({{"rss_kb": rss}}))
+print(json.dumps({{"rss_kb": rss, "conversion_rss_kb": conversion}}))
 """
 
 _POOL = """
@@ -113,18 +120,28 @@ with where large buffers happen to land (2026-11-27: the recogniser, +6.8 to +15
 17 pairs); fixed, every process of a kind measured within 0.5 MB of the others."""
 
 
-def rss_kb(
+@dataclass(frozen=True)
+class Rss:
+    """RSS (KiB) of a measured process and of its conversion process (0: uninstrumented;
+    -1: it had none)."""
+
+    process_kb: int
+    conversion_kb: int
+
+
+def rss(
     model: WheelModel,
     path: Path,
     instrumented: bool,
     runs: int = RUNS,
     env: Mapping[str, str] | None = None,
-) -> int:
-    """RSS (KiB) after ``runs`` runs of ``model``, every one profiled if ``instrumented``;
-    ``env``: more environment variables (``FIXED_MALLOC``)."""
+) -> Rss:
+    """RSS after ``runs`` runs of ``model``, every one profiled if ``instrumented``; ``env``:
+    more environment variables (``FIXED_MALLOC``)."""
     spec = json.dumps([model.wheel, model.member, list(model.shape)])
     arguments = (spec, str(path), "1" if instrumented else "0", str(runs))
-    return _python(_ONE, *arguments, env=env)["rss_kb"]
+    got = _python(_ONE, *arguments, env=env)
+    return Rss(got["rss_kb"], got["conversion_rss_kb"])
 
 
 def pool_log_growth_kb(
@@ -147,16 +164,17 @@ def main() -> None:
     print(f"RSS after {RUNS} runs, every one profiled, against the same process uninstrumented\n")
     print(
         "| model | uninstrumented MB | profiled MB | difference MB "
-        "| difference, mmap threshold fixed MB |"
+        "| difference, mmap threshold fixed MB | its conversion process MB |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     for model in OCR_MODELS:
         path = fetch(model, cache)
-        plain, profiled = (rss_kb(model, path, on) / 1024 for on in (False, True))
-        fixed = [rss_kb(model, path, on, env=FIXED_MALLOC) / 1024 for on in (False, True)]
+        bare, every = (rss(model, path, on) for on in (False, True))
+        fixed = [rss(model, path, on, env=FIXED_MALLOC).process_kb for on in (False, True)]
         print(
-            f"| {model.name} | {plain:.0f} | {profiled:.0f} | {profiled - plain:+.1f} "
-            f"| {fixed[1] - fixed[0]:+.1f} |"
+            f"| {model.name} | {bare.process_kb / 1024:.0f} | {every.process_kb / 1024:.0f} "
+            f"| {(every.process_kb - bare.process_kb) / 1024:+.1f} "
+            f"| {(fixed[1] - fixed[0]) / 1024:+.1f} | {every.conversion_kb / 1024:.0f} |"
         )
     print(f"\nRSS growth over unprofiled runs on {POOL_THREADS} threads (40 MatMuls a run)\n")
     print(f"| before them | thread-pool log | {POOL_RUNS:,} runs MB | {4 * POOL_RUNS:,} runs MB |")

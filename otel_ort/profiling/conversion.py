@@ -124,13 +124,8 @@ class Converter:
         """Spans, kept file, retention; what went wrong goes to ``problems``."""
         written = store.written(run.files)
         if not written:
-            problems.append(
-                str(
-                    ProfileError(
-                        run.files.prefix, "ONNX Runtime wrote no profile file for this run"
-                    )
-                )
-            )
+            none = ProfileError(run.files.prefix, "ONNX Runtime wrote no profile file for this run")
+            problems.append(str(none))
             return
         destination = self._destination_for(span, problems)
         spans = None

@@ -50,12 +50,13 @@ class SpanLayout:
 @dataclass(frozen=True, slots=True)
 class SpanJob:
     """The node spans to build: under span ``parent_id`` of trace ``trace_id``;
-    ``encodings``: the OTLP encodings to hand them back in (empty: as drafts)."""
+    ``encodings``: the OTLP encodings to hand them back in (``None``: as drafts; empty: not
+    at all, only the run's summary, for a provider whose processors take none)."""
 
     trace_id: int
     parent_id: int
     layout: SpanLayout
-    encodings: tuple[str, ...] = ()
+    encodings: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +92,9 @@ class Converted:
     summary: dict[str, AttributeValue] = field(default_factory=dict)
     """The run span's account of its nodes."""
     drafts: list[SpanDraft] | None = None
-    """The node and kernel spans, as drafts (a job without encodings)."""
+    """The node and kernel spans, as drafts (a job whose ``encodings`` are ``None``)."""
     encoded: dict[str, list[bytes]] = field(default_factory=dict)
-    """The same spans, encoded, by encoding name (a job with encodings)."""
+    """The same spans, encoded, by encoding name (a job with ``encodings``)."""
     kept: bytes | None = None
     """The kept file's gzip-compressed bytes (``None``: it could not be made)."""
 
@@ -125,10 +126,11 @@ def convert_job(job: ConversionJob, builder: SpanBuilder | None) -> Converted:
             drafts, done.summary = builder.node_drafts(
                 profile, profile.runs[0], job.spans.trace_id, job.spans.parent_id, node_counts
             )
-            if job.spans.encodings:
-                done.encoded = {name: _encoder(name).spans(drafts) for name in job.spans.encodings}
-            else:
+            encodings = job.spans.encodings
+            if encodings is None:
                 done.drafts = drafts
+            else:
+                done.encoded = {name: _encoder(name).spans(drafts) for name in encodings}
             del drafts, node_counts
         try:
             tracks = counts.track_text() if counts is not None else None

@@ -29,6 +29,7 @@ import threading
 from dataclasses import dataclass
 
 from otel_ort._util.forking import after_fork_in_child
+from otel_ort.failures import report_failure
 from otel_ort.profiling.conversion_job import ConversionJob, Converted
 from otel_ort.profiling.conversion_server import JobFailed, Ready
 from otel_ort.profiling.frames import FrameTimeout, read_frame, write_frame
@@ -94,6 +95,10 @@ class ConversionProcess:
                 return Lost(self._failed("it ended while converting this run"))
             self._failures = 0
             if isinstance(answer, JobFailed):
+                try:  # logged as the worker's own failures are (then counted, summarised)
+                    raise RuntimeError(f"in the conversion process:\n{answer.detail}")
+                except RuntimeError:
+                    report_failure("a profile's conversion failed")
                 return Lost(f"converting the profile failed: {answer.detail.strip()[-400:]}")
             assert isinstance(answer, Converted)
             return answer
