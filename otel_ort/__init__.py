@@ -11,6 +11,7 @@ exporters.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from otel_ort.version import __version__
@@ -31,10 +32,14 @@ __all__ = ["OrtInstrumentor", "__version__", "configure", "flush_profiles", "pro
 
 
 def __getattr__(name: str) -> Any:
+    """A public name, or a submodule (``otel_ort.semconv`` after ``import otel_ort``)."""
     home = _HOMES.get(name)
-    if home is None:
+    if home is not None:
+        value = getattr(importlib.import_module(home), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"otel_ort.{name}") is not None:
+        value = importlib.import_module(f"otel_ort.{name}")
+    else:
         raise AttributeError(f"module 'otel_ort' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value
 

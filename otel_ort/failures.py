@@ -33,8 +33,10 @@ _lock = threading.Lock()
 renew_locks_in_child(sys.modules[__name__], "_lock")
 
 
-def report_failure(what: str) -> None:
-    """Call from an ``except`` block: ``what`` names the failure (``"request_hook raised"``)."""
+def report_failure(what: str, traceback_text: str | None = None) -> None:
+    """Call from an ``except`` block: ``what`` names the failure (``"request_hook raised"``).
+    ``traceback_text``: the traceback, when it was raised elsewhere (the conversion
+    process), instead of the one being handled."""
     now = time.monotonic()
     with _lock:
         kind = _kinds.setdefault(what, _Kind())
@@ -44,7 +46,9 @@ def report_failure(what: str) -> None:
             return
         unlogged, kind.unlogged, kind.last_logged = kind.unlogged, 0, now
         first = kind.count == 1
-    if first:
+    if first and traceback_text is not None:
+        _logger.error("otel-ort: %s; the run is unaffected\n%s", what, traceback_text.rstrip())
+    elif first:
         _logger.exception("otel-ort: %s; the run is unaffected", what)
     else:
         _logger.error(

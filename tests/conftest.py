@@ -16,11 +16,14 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_ort import OrtInstrumentor
 from otel_ort.demo_model import mlp_model
+from otel_ort.export.otlp_encoding import ProtobufSpans
+from otel_ort.export.otlp_transport import Encoded
+from otel_ort.export.profile_export import ProfileExportProcessor
 
 CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 
@@ -83,13 +86,37 @@ def attrs(span: ReadableSpan) -> dict[str, Any]:
     return dict(span.attributes or {})
 
 
-class Telemetry:
-    """What an instrumented test produced: finished spans and metric points."""
+class EncodedRequests:
+    """An exporter of otel-ort's profile span processor that counts the spans it was given
+    (already encoded, as the conversion process encodes them)."""
 
     def __init__(self) -> None:
+        self.spans = 0
+
+    def export_encoded(self, batch: Encoded) -> SpanExportResult:
+        self.spans += batch.spans
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+class Telemetry:
+    """What an instrumented test produced: finished spans and metric points. ``encoded``:
+    profile spans go to otel-ort's own processor (``encoded``), so that profiles are
+    converted in the conversion process; ``spans`` then holds the other spans only."""
+
+    def __init__(self, encoded: bool = False) -> None:
         self.exporter = InMemorySpanExporter()
         self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        memory = SimpleSpanProcessor(self.exporter)
+        self.tracer_provider.add_span_processor(memory)
+        self.encoded = EncodedRequests()
+        if encoded:
+            memory.takes_profile_spans = False  # type: ignore[attr-defined]
+            self.tracer_provider.add_span_processor(
+                ProfileExportProcessor(self.encoded, ProtobufSpans(), delay_ms=0)
+            )
         self.metric_reader = InMemoryMetricReader()
         self.meter_provider = MeterProvider(metric_readers=[self.metric_reader])
 

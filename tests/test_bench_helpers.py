@@ -144,8 +144,10 @@ if os.path.exists(output):
     ]
 counted = [keys for keys in nodes if any(key.startswith("perf.") for key in keys)]
 kept = [name for name in os.listdir(folder) if name.endswith(".json.gz")]
+process = OrtInstrumentor()._profiler._converter.process
 print(json.dumps({"runs": [span.name for span in spans].count("onnxruntime.run"),
-                  "nodes": len(nodes), "counted": len(counted), "kept": len(kept)}))
+                  "nodes": len(nodes), "counted": len(counted), "kept": len(kept),
+                  "in_process": process is not None and process.pid is not None}))
 """
 
 
@@ -188,6 +190,7 @@ def test_a_bench_server_leaves_out_the_part_it_is_told_to(
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.splitlines()[-1])
     assert (got["runs"], bool(got["nodes"]), got["kept"]) == (1, nodes, kept)
+    assert got["in_process"] is (conversion == "process" and part != "conversion")
     if perf_counts_here():  # else no node is counted either way
         assert bool(got["counted"]) is counted
     else:

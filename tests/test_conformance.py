@@ -17,6 +17,7 @@ from typing import Any
 import onnxruntime as ort
 import pytest
 
+from otel_ort import OrtInstrumentor, semconv
 from otel_ort.failures import failure_counts
 from tests.conftest import CUDA, Telemetry, cuda_missing, instrumentation
 from tests.helpers.profiled_runs import check_case
@@ -54,8 +55,11 @@ def feeds_of(case: Any, inputs: list[Any], session: ort.InferenceSession) -> dic
     ids=["cpu", "cuda"],
 )
 def test_profiled_runs_match_ort_on_every_onnx_node_test_case(
-    telemetry: Telemetry, tmp_path: Path, providers: list[str]
+    tmp_path: Path, providers: list[str]
 ) -> None:
+    """Profiles converted as in production (``configure()``'s processor: in the conversion
+    process); no run says its profile had a problem."""
+    telemetry = Telemetry(encoded=True)
     outcomes: Counter[str] = Counter()
     problems: list[str] = []
     failures_before = failure_counts()
@@ -71,11 +75,18 @@ def test_profiled_runs_match_ort_on_every_onnx_node_test_case(
             for number, (inputs, _) in enumerate(case.data_sets):
                 name = f"{case.name}[{number}]"
                 outcome = check_case(telemetry, session, feeds_of(case, inputs, session))
+                run = telemetry.spans(semconv.SPAN_RUN)[-1]
+                error = (run.attributes or {}).get(semconv.PROFILE_ERROR)
+                if error is not None:
+                    problems.append(f"{name}: {error!r}")
                 outcomes[outcome.split(":")[0]] += 1
                 if outcome.startswith(("differs", "raises", "not profiled")):
                     problems.append(f"{name}: {outcome}")
             telemetry.exporter.clear()
+        process = OrtInstrumentor()._profiler._converter.process
+        assert process is not None and process.pid is not None, "not the conversion process"
     assert failure_counts() == failures_before, "otel-ort reported failures of its own"
+    assert telemetry.encoded.spans >= FEWEST_PROFILED, "node spans never reached the exporter"
     assert not problems, "\n".join(problems)
     assert outcomes["profiled"] >= FEWEST_PROFILED, outcomes
     assert outcomes["ORT raises"] > 100, outcomes

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 import pytest
-from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -30,6 +30,7 @@ from otel_ort import OrtInstrumentor, configure, flush_profiles, semconv
 from otel_ort.export.otlp_encoding import JsonSpans, ProtobufSpans
 from otel_ort.export.otlp_json_file import OtlpJsonFileSpanExporter
 from otel_ort.export.profile_export import ProfileExportProcessor
+from otel_ort.failures import failure_counts
 from otel_ort.profiles.spans import SpanBuilder
 from otel_ort.profiling import conversion_process
 from otel_ort.profiling.conversion_job import (
@@ -90,12 +91,22 @@ def _profiled(session: ort.InferenceSession, runs: int) -> None:
     assert flush_profiles(timeout=60)
 
 
-def _by_run(
-    receiver: OtlpReceiver,
-) -> list[tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]]:
-    """Each run span's attributes, with its node spans' names and attributes (sorted), less
-    what differs from run to run (times, ids, file names)."""
-    spans = [span for _, span in receiver.spans()]
+def _by_run(receiver: OtlpReceiver) -> list[tuple[dict[str, Any], list[tuple[Any, ...]]]]:
+    """Each run span's attributes, with its node spans' names, attributes, resource and
+    scope (sorted), less what differs from run to run (times, ids, file names)."""
+    with receiver._lock:
+        placed = [
+            (resource_spans.resource, scope_spans.scope, span)
+            for request in receiver.requests
+            for resource_spans in request.resource_spans
+            for scope_spans in resource_spans.scope_spans
+            for span in scope_spans.spans
+        ]
+    spans = [span for _, _, span in placed]
+    where = {
+        id(span): (str(sorted(str(a) for a in resource.attributes)), scope.name, scope.version)
+        for resource, scope, span in placed
+    }
     varying = ("duration", "_us", "profile.file", "thread", "time")
 
     def plain(span: Any) -> dict[str, Any]:
@@ -107,7 +118,9 @@ def _by_run(
 
     runs = []
     for run in (s for s in spans if s.name == semconv.SPAN_RUN):
-        nodes = sorted((s.name, plain(s)) for s in spans if s.parent_span_id == run.span_id)
+        nodes = sorted(
+            (s.name, plain(s), where[id(s)]) for s in spans if s.parent_span_id == run.span_id
+        )
         runs.append((plain(run), nodes))
     return runs
 
@@ -142,7 +155,7 @@ def test_the_process_gives_the_spans_and_files_the_thread_gives(
             )
     assert results["process"] == results["thread"]
     assert any(
-        key.startswith("perf.") for _, nodes in results["process"] for _, a in nodes for key in a
+        key.startswith("perf.") for _, nodes in results["process"] for _, a, _ in nodes for key in a
     )
     assert len(results["process"]) == 3 and all(nodes for _, nodes in results["process"])
     assert results["process kept"] == results["thread kept"]
@@ -217,7 +230,9 @@ def test_a_killed_process_is_replaced_and_said(
             _profiled(session, 1)
             assert process.pid == first
             os.kill(first, signal.SIGKILL)
-            time.sleep(0.2)
+            deadline = time.monotonic() + 10
+            while process.pid is not None and time.monotonic() < deadline:
+                time.sleep(0.01)
             with caplog.at_level(logging.WARNING, logger="otel_ort"):
                 _profiled(session, 1)
             assert process.pid not in (None, first)
@@ -228,19 +243,25 @@ def test_a_killed_process_is_replaced_and_said(
     assert "the conversion process failed: it had ended (exit status -9)" in caplog.text
 
 
-def test_an_interpreter_that_cannot_start_it_leaves_conversions_on_the_worker(
+@pytest.mark.parametrize("why", ["an interpreter that exits", "another otel-ort version"])
+def test_a_process_that_cannot_start_leaves_conversions_on_the_worker(
     tmp_path: Path,
     mlp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    why: str,
 ) -> None:
-    """``sys.executable`` a program that exits at once: three failed starts, then the
-    worker converts for good, and says so once; every run keeps its spans."""
-    fake = tmp_path / "bin" / "python3"
-    fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\necho not otel-ort >&2\nexit 3\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setattr(sys, "executable", str(fake))
+    """``sys.executable`` a program that exits at once, or a process that says it is
+    another otel-ort's: three failed starts, then the worker converts for good, and says so
+    once; every run keeps its spans."""
+    if why == "an interpreter that exits":
+        fake = tmp_path / "bin" / "python3"
+        fake.parent.mkdir()
+        fake.write_text("#!/bin/sh\necho not otel-ort >&2\nexit 3\n")
+        fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+        monkeypatch.setattr(sys, "executable", str(fake))
+    else:
+        monkeypatch.setattr(conversion_process, "__version__", "0.0.0-not-this-one")
     with OtlpReceiver() as receiver:
         with (
             caplog.at_level(logging.WARNING, logger="otel_ort"),
@@ -256,6 +277,36 @@ def test_an_interpreter_that_cannot_start_it_leaves_conversions_on_the_worker(
     assert len(runs) == conversion_process.MAX_FAILURES + 1
     assert not any(a.key == semconv.PROFILE_ERROR for s in runs for a in s.attributes)
     assert caplog.text.count("converted on the profiler's worker thread from now on") == 1
+
+
+def test_a_run_the_process_does_not_answer_in_time_is_said_on_its_span(
+    tmp_path: Path, mlp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process stopped (``SIGSTOP``) past the job's timeout: that run's span says why it
+    has no node spans and counts as ``profile_error``; the next run starts a new process."""
+    monkeypatch.setattr(conversion_process, "JOB_TIMEOUT_S", 1.0)
+    with OtlpReceiver() as receiver:
+        with _exported(receiver, tmp_path, "process", perf_events="off"):
+            session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+            _profiled(session, 1)
+            process = _process()
+            assert process is not None and process.pid is not None
+            stopped = process.pid
+            os.kill(stopped, signal.SIGSTOP)
+            _profiled(session, 1)
+            _profiled(session, 1)
+            assert process.pid not in (None, stopped)
+            counts = OrtInstrumentor()._profiler.counts()
+        spans = receiver.wait_for_spans(1 + 3 + 2 + 2)
+    runs = [s for _, s in spans if s.name == semconv.SPAN_RUN]
+    errors = [
+        a.value.string_value for s in runs for a in s.attributes if a.key == semconv.PROFILE_ERROR
+    ]
+    assert len(runs) == 3 and len(spans) == 1 + 3 + 2 + 2  # the lost run has no node spans
+    assert len(errors) == 1 and "it stopped while converting this run (FrameTimeout" in errors[0]
+    assert counts[semconv.PROFILE_ERROR_OUTCOME] == 1
+    with pytest.raises(ProcessLookupError):
+        os.kill(stopped, 0)  # killed and reaped
 
 
 def test_a_forked_child_starts_a_process_of_its_own(tmp_path: Path, mlp_path: Path) -> None:
@@ -360,7 +411,7 @@ def test_a_job_gives_in_the_process_what_it_gives_here(tmp_path: Path) -> None:
     assert there.kept and here.kept
     assert gzip.decompress(there.kept) == gzip.decompress(here.kept)
 
-    def without_ids(entry: bytes) -> Span:  # a ScopeSpans.spans entry: field 2, its length
+    def without_ids(entry: bytes) -> Any:  # a ScopeSpans.spans entry: field 2, its length
         (span,) = ScopeSpans.FromString(entry).spans
         assert span.name and span.trace_id == (0x1234).to_bytes(16, "big")
         span.span_id, span.parent_span_id = b"", b""
@@ -373,11 +424,36 @@ def test_a_job_gives_in_the_process_what_it_gives_here(tmp_path: Path) -> None:
     assert names == [span.name for span in expected]
 
 
+def test_span_limits_reach_the_process(tmp_path: Path) -> None:
+    """A provider's span limits (attribute count, value length) cut the spans built there as
+    the SDK cuts its own: the same spans as a builder of that provider makes here."""
+    events = [model_run(0, 100), node_event("a_long_node_name", "MatMul", 1, 8, extra="x" * 40)]
+    path = write(tmp_path / "run.json", events)
+    limits = SpanLimits(max_span_attributes=3, max_span_attribute_length=8)
+    layout = SpanLayout(3, 8, 4_000_000)
+    process = ConversionProcess()
+    try:
+        there = process.convert(_job(path, layout, ("protobuf",)))
+    finally:
+        process.close()
+    assert isinstance(there, Converted)
+    builder = SpanBuilder(TracerProvider(span_limits=limits), max_trace_bytes=4_000_000)
+    here = convert_job(_job(path, layout, None), builder)
+    assert here.drafts is not None
+    (span,) = (ScopeSpans.FromString(entry).spans[0] for entry in there.encoded["protobuf"])
+    (expected,) = (ScopeSpans.FromString(e).spans[0] for e in ProtobufSpans().spans(here.drafts))
+    assert len(span.attributes) == 3 and span.dropped_attributes_count > 0
+    assert all(len(a.value.string_value) <= 8 for a in span.attributes)
+    span.span_id = expected.span_id
+    assert span == expected
+
+
 def test_a_conversion_that_fails_there_is_said_and_the_process_goes_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A job ``convert_job`` raises on (a bug of otel-ort's: here a layout no builder takes)
-    comes back ``Lost``, logged with the process's traceback; the next job is answered."""
+    comes back ``Lost``, logged with the process's traceback, and counts as a failure of the
+    process; the next job is answered by a new one."""
     path = write(tmp_path / "run.json", [model_run(0, 100), node_event("n", "Add", 1, 2)])
     process = ConversionProcess()
     try:
@@ -386,10 +462,9 @@ def test_a_conversion_that_fails_there_is_said_and_the_process_goes_on(
         assert isinstance(lost, Lost)
         assert "max_trace_bytes must be >= 0" in lost.detail
         assert "max_trace_bytes must be >= 0" in caplog.text
-        pid = process.pid
+        assert "a profile's conversion failed" in failure_counts()
         done = process.convert(_job(path, SpanLayout(None, None, 1000), ("protobuf",)))
         assert isinstance(done, Converted) and len(done.encoded["protobuf"]) == 1
-        assert process.pid == pid
     finally:
         process.close()
     assert process.pid is None

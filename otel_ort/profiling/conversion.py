@@ -27,6 +27,7 @@ from otel_ort.perf.counting import PerfCounters, RawRun, SettledRun
 from otel_ort.profiles.reader import ProfileError
 from otel_ort.profiles.spans import DEFAULT_MAX_TRACE_BYTES, PROFILE_SCOPE, SpanBuilder
 from otel_ort.profiling.conversion_job import (
+    ENCODINGS,
     ConversionJob,
     Converted,
     SpanJob,
@@ -147,6 +148,8 @@ class Converter:
             problems.append(done.detail)
             return
         problems += done.problems
+        for failure in done.failures:
+            report_failure(failure.what, failure.traceback)
         if not done.read:
             return
         if done.nodes is not None:
@@ -181,6 +184,8 @@ class Converter:
                 encodings = ()
             elif destination.default_ids:
                 encodings = destination.delivery.encodings()
+                if encodings is not None and not set(encodings) <= set(ENCODINGS):
+                    encodings = None  # an encoding the process does not write
             if encodings is not None:
                 spans = job.spans
                 if spans is not None:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from traceback import format_exc
 from typing import Any
 
 from opentelemetry.util.types import AttributeValue
 
 from otel_ort._util.gc_pause import gc_paused
 from otel_ort.export.otlp_encoding import JsonSpans, ProtobufSpans
-from otel_ort.failures import report_failure
 from otel_ort.perf.counting import SettledRun
 from otel_ort.perf.report import ProfileCounts, count_profile
 from otel_ort.profiles.reader import ProfileError, read_profile
@@ -78,6 +78,15 @@ class ConversionJob:
     pid: int
 
 
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failure inside a conversion, for the worker to report (``report_failure``): what
+    failed and its traceback."""
+
+    what: str
+    traceback: str
+
+
 @dataclass(slots=True)
 class Converted:
     """What a conversion made, for the worker to apply."""
@@ -97,12 +106,14 @@ class Converted:
     """The same spans, encoded, by encoding name (a job with ``encodings``)."""
     kept: bytes | None = None
     """The kept file's gzip-compressed bytes (``None``: it could not be made)."""
+    failures: list[Failure] = field(default_factory=list)
+    """Failures of otel-ort's code (also in ``problems``), with their tracebacks."""
 
 
 def convert_job(job: ConversionJob, builder: SpanBuilder | None) -> Converted:
     """Do ``job``; ``builder``: the node spans' builder (``None`` when ``job.spans`` is).
-    Failures become ``problems``; this raises only what is no failure of the job's
-    (``KeyboardInterrupt``).
+    Failures become ``problems`` (and ``failures``, for the worker to report); what else it
+    raises is a bug (the conversion process answers it with ``JobFailed``).
 
     The cyclic garbage collector is paused throughout: the collections the profile's tens of
     thousands of acyclic objects would trigger, and the full ones they would lead to, cost
@@ -137,7 +148,7 @@ def convert_job(job: ConversionJob, builder: SpanBuilder | None) -> Converted:
             done.kept = kept_bytes(profile, job.other_data, job.thread, job.pid, tracks)
         except Exception as exc:
             done.problems.append(f"keeping the profile failed: {exc!r}")
-            report_failure("could not keep a profiled run's profile")
+            done.failures.append(Failure("could not keep a profiled run's profile", format_exc()))
         del profile, counts  # freed before the collector is back
     return done
 
@@ -159,7 +170,7 @@ def _counts(counted: SettledRun, profile: Profile, done: Converted) -> ProfileCo
         counts = count_profile(counted, profile)
     except Exception as exc:
         done.problems.append(f"attributing perf counts failed: {exc!r}")
-        report_failure("could not attribute perf counts")
+        done.failures.append(Failure("could not attribute perf counts", format_exc()))
         return None
     done.perf_attributes = counts.run
     return counts

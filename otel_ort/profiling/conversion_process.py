@@ -2,17 +2,17 @@
 that converts profiled runs, so that the conversion's CPU does not hold this process's GIL.
 
 A service's request threads need the GIL between ORT's runs; a conversion on the worker
-thread holds it for nearly all its CPU (8.6 ms a run of a 415-node model, measured
-2026-11-27), which cost a GIL-bound service several times the conversion's share of the
-CPU (``docs/benchmarks.md``). Here the worker only sends the job and waits for the answer
-(the GIL let go while it waits), then hands the encoded spans on.
+thread holds it for nearly all its CPU, which cost a GIL-bound service several times the
+conversion's share of the CPU (``docs/benchmarks.md``). Here the worker only sends the job
+and waits for the answer (the GIL let go while it waits), then hands the encoded spans on.
 
 The process starts on the first profiled run that can use it (the worker waits up to
 ``START_TIMEOUT_S`` for it to say it is ready) and ends with the profiler (``close``) or when
-this process ends (its input closes). A job it does not answer in ``JOB_TIMEOUT_S``, or one
-during which it ends, is lost: the run span says so, and the next run starts a new process.
-After ``MAX_FAILURES`` failures in a row (to start, or to answer), conversions run on the
-worker thread, and a warning says why. A process forked from this one starts its own.
+this process ends (its input closes). A job it does not answer in ``JOB_TIMEOUT_S``, one
+during which it ends, or one it could not convert (a bug of otel-ort's there) is lost: the
+run span says so, and the next run starts a new process. After ``MAX_FAILURES`` failures in
+a row (to start, or to answer), conversions run on the worker thread, and a warning says
+why. A process forked from this one starts its own.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import contextlib
 import json
 import logging
 import os
-import pickle
 import re
 import subprocess
 import sys
@@ -32,31 +31,31 @@ from otel_ort._util.forking import after_fork_in_child
 from otel_ort.failures import report_failure
 from otel_ort.profiling.conversion_job import ConversionJob, Converted
 from otel_ort.profiling.conversion_server import JobFailed, Ready
-from otel_ort.profiling.frames import FrameTimeout, read_frame, write_frame
+from otel_ort.profiling.frames import read_frame, write_frame
 from otel_ort.version import __version__
 
 _logger = logging.getLogger("otel_ort")
 
 START_TIMEOUT_S = 30.0
-"""How long the worker waits for a new process to be ready (its imports take about 0.5 s)."""
+"""How long the worker waits for a new process to be ready (docs/benchmarks.md: its start)."""
 JOB_TIMEOUT_S = 120.0
 """How long it waits for one run's answer (a 10,000-node run takes about 1 s)."""
 MAX_FAILURES = 3
 """Failures in a row after which conversions stay on the worker thread."""
 
-_BOOTSTRAP = (
-    "import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+_BOOTSTRAP = (  # signals first; then the answers' own descriptor, before any import can print
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN); answers = os.dup(1); os.dup2(2, 1); "
     "sys.path[:] = __import__('json').loads(sys.argv[1]); "
-    "from otel_ort.profiling.conversion_server import main; main()"
+    "from otel_ort.profiling.conversion_server import main; main(answers)"
 )
-_INTERPRETER = re.compile(r"(python|pypy)[0-9.]*")
+_INTERPRETER = re.compile(r"(python|pypy)[0-9.]*[a-z]*")
 
 
 @dataclass(frozen=True, slots=True)
 class Lost:
-    """The job got no answer: the process ended or stopped answering (``detail`` says so, for
-    the run span), or the conversion failed there."""
+    """The job got no answer: the process ended or stopped answering, or the conversion
+    failed there (``detail`` says which, for the run span)."""
 
     detail: str
 
@@ -65,8 +64,11 @@ class ConversionProcess:
     """Sends conversion jobs to a process of its own; used by one thread at a time."""
 
     def __init__(self) -> None:
+        self._path = _import_path()
+        """This process's ``sys.path`` now, absolute (a later ``chdir`` does not move it)."""
         self._child: subprocess.Popen[bytes] | None = None
         self._failures = 0
+        self._closed = False
         self._lock = threading.Lock()
         self.unavailable = ""
         """Why conversions run on the worker thread for good (empty: they need not)."""
@@ -89,27 +91,27 @@ class ConversionProcess:
             try:
                 write_frame(child.stdin.fileno(), job)
                 answer = read_frame(child.stdout.fileno(), JOB_TIMEOUT_S)
-            except (OSError, EOFError, FrameTimeout, pickle.UnpicklingError) as exc:
-                return Lost(self._failed(f"it stopped while converting this run ({exc})"))
+            except Exception as exc:  # a closed pipe, no answer in time, a broken frame
+                return Lost(self._failed(f"it stopped while converting this run ({exc!r})"))
+            if isinstance(answer, Converted):
+                self._failures = 0
+                return answer
+            if isinstance(answer, JobFailed):
+                report_failure("a profile's conversion failed", answer.detail)
+                last = answer.detail.strip().splitlines()[-1:]
+                return Lost(self._failed(f"it could not convert this run ({''.join(last)})"))
             if answer is None:
                 return Lost(self._failed("it ended while converting this run"))
-            self._failures = 0
-            if isinstance(answer, JobFailed):
-                try:  # logged as the worker's own failures are (then counted, summarised)
-                    raise RuntimeError(f"in the conversion process:\n{answer.detail}")
-                except RuntimeError:
-                    report_failure("a profile's conversion failed")
-                return Lost(f"converting the profile failed: {answer.detail.strip()[-400:]}")
-            assert isinstance(answer, Converted)
-            return answer
+            return Lost(self._failed(f"it answered {type(answer).__name__}"))
 
     def close(self, timeout: float = 2.0) -> None:
         """End the process: its input closes, then it is killed if it has not ended in
-        ``timeout`` seconds."""
-        if not self._lock.acquire(timeout=timeout):  # a job is still waiting for its answer
+        ``timeout`` seconds. Later jobs are left to the caller."""
+        self._closed = True
+        if not self._lock.acquire(timeout=timeout):  # a job still waits for its answer
             child = self._child
             if child is not None:
-                child.kill()  # the job is lost, and said on its run span
+                child.kill()  # that job is lost, and said on its run span
             return
         try:
             child, self._child = self._child, None
@@ -120,13 +122,12 @@ class ConversionProcess:
 
     def _running(self) -> subprocess.Popen[bytes] | None:
         """The process, started and ready if need be; ``None`` if it cannot be had."""
-        if self.unavailable:
+        if self.unavailable or self._closed:
             return None
         child = self._child
         if child is not None and child.poll() is None:
             return child
         if child is not None:
-            self._child = None
             self._failed(f"it had ended (exit status {child.returncode})")
             if self.unavailable:
                 return None
@@ -137,35 +138,35 @@ class ConversionProcess:
         if not interpreter or not _INTERPRETER.fullmatch(os.path.basename(interpreter)):
             self._give_up(f"sys.executable ({interpreter!r}) is not a Python interpreter")
             return None
+        environment = dict(os.environ)
+        environment.pop("PYTHONPATH", None)  # an auto-instrumentation's sitecustomize: not here
         try:
-            child = subprocess.Popen(
-                [interpreter, "-I", "-c", _BOOTSTRAP, json.dumps(sys.path)],
+            self._child = subprocess.Popen(
+                [interpreter, "-s", "-c", _BOOTSTRAP, json.dumps(self._path)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
+                env=environment,
                 bufsize=0,
             )
-        except OSError as exc:
-            self._failed(f"it could not start ({exc})")
-            return None
-        assert child.stdout is not None
-        try:
-            ready = read_frame(child.stdout.fileno(), START_TIMEOUT_S)
-        except (OSError, EOFError, FrameTimeout, pickle.UnpicklingError) as exc:
+            assert self._child.stdout is not None
+            ready = read_frame(self._child.stdout.fileno(), START_TIMEOUT_S)
+        except Exception as exc:  # it could not start, or said nothing readable in time
             ready = exc
-        if not isinstance(ready, Ready) or ready.version != __version__:
-            _end(child, 0.0)
-            self._failed(f"it did not start (it said {ready!r}; its errors are on standard error)")
-            return None
-        self._child = child
-        return child
+        if isinstance(ready, Ready) and ready.version == __version__:
+            return self._child
+        self._failed(f"it did not start (it said {ready!r}; its errors are on standard error)")
+        return None
 
     def _failed(self, what: str) -> str:
-        """Count a failure of the process and say it; the detail for a run span."""
+        """End the process, count a failure and say it (not once closed); the detail for a
+        run span."""
         child, self._child = self._child, None
         if child is not None:
             _end(child, 0.0)
-        self._failures += 1
         detail = f"the conversion process failed: {what}"
+        if self._closed:
+            return detail
+        self._failures += 1
         if self._failures >= MAX_FAILURES:
             self._give_up(f"{detail} ({self._failures} failures in a row)")
         else:
@@ -190,6 +191,16 @@ class ConversionProcess:
                 if pipe is not None:
                     pipe.close()
             child.returncode = 0  # not this process's child: never waited for here
+
+
+def _import_path() -> list[str]:
+    """``sys.path``'s entries as absolute text (``''``, the current directory, as it is now;
+    entries Python's import system ignores, left out)."""
+    path = []
+    for entry in sys.path:
+        if isinstance(entry, str | bytes | os.PathLike):
+            path.append(os.path.abspath(os.fsdecode(entry)))
+    return path
 
 
 def _end(child: subprocess.Popen[bytes], timeout: float) -> None:

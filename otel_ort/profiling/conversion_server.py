@@ -1,14 +1,17 @@
 """The conversion process's side: it converts profiled runs sent by one instrumented process.
 
 The instrumented process starts it (:mod:`otel_ort.profiling.conversion_process`) with the
-interpreter it runs on, isolated (``-I``: no ``PYTHONPATH``, so no auto-instrumentation's
-``sitecustomize``), its own ``sys.path`` given on the command line. Frames go both ways on
-its standard input and output (:mod:`otel_ort.profiling.frames`): it says it is ready, then
+interpreter it runs on, without ``PYTHONPATH`` and the user's site directory (so no
+auto-instrumentation's ``sitecustomize``), its own ``sys.path`` given on the command line.
+Frames go both ways on its standard input and output (:mod:`otel_ort.profiling.frames`),
+standard output moved to a descriptor of its own before any import: it says it is ready, then
 answers each :class:`~otel_ort.profiling.conversion_job.ConversionJob` with a
 :class:`~otel_ort.profiling.conversion_job.Converted` whose spans are encoded as OTLP, or
 with a :class:`JobFailed` for a bug of otel-ort's. What it prints goes to standard error, with
-the instrumented process's. It ignores ``SIGINT`` (a terminal's Ctrl-C reaches the whole
-process group: the instrumented process decides when it ends) and ends when its input does.
+the instrumented process's. It ignores ``SIGINT`` and ``SIGTERM`` from its first line: a
+terminal's Ctrl-C and systemd's stop reach every process of the group, and the instrumented
+process may still convert its pending profiles as it shuts down. It ends when its input
+does, which the instrumented process's end, whatever its cause, brings about.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
 from otel_ort.profiles.spans import SpanBuilder
 from otel_ort.profiling.conversion_job import ConversionJob, SpanLayout, convert_job
@@ -56,7 +60,10 @@ class _Builders:
                 max_span_attribute_length=_or_unset(layout.max_length),
             )
             provider = TracerProvider(  # for its limits and ids only: it never has a processor
-                resource=Resource.get_empty(), span_limits=limits, shutdown_on_exit=False
+                sampler=ALWAYS_ON,  # (not read from the environment: nothing to warn about)
+                resource=Resource.get_empty(),
+                span_limits=limits,
+                shutdown_on_exit=False,
             )
             builder = SpanBuilder(provider, layout.max_node_spans, layout.max_trace_bytes)
             self._made[layout] = builder
@@ -68,26 +75,36 @@ def _or_unset(limit: int | None) -> int:
 
 
 def serve(jobs_fd: int, answers_fd: int) -> None:
-    """Answer jobs from ``jobs_fd`` on ``answers_fd`` until ``jobs_fd`` ends."""
+    """Answer jobs from ``jobs_fd`` on ``answers_fd`` until ``jobs_fd`` ends (or either pipe
+    breaks: the instrumented process is gone)."""
     builders = _Builders()
-    write_frame(answers_fd, Ready(__version__, os.getpid()))
-    while True:
-        job = read_frame(jobs_fd)
-        if job is None:
-            return
-        assert isinstance(job, ConversionJob)
-        try:
-            builder = builders.get(job.spans.layout) if job.spans is not None else None
-            answer: object = convert_job(job, builder)
-        except Exception:
-            answer = JobFailed(traceback.format_exc(limit=8))
-        write_frame(answers_fd, answer)
-        del job, answer
+    try:
+        write_frame(answers_fd, Ready(__version__, os.getpid()))
+        while True:
+            job = read_frame(jobs_fd)
+            if job is None:
+                return
+            _answer(answers_fd, job, builders)
+            del job
+    except (OSError, EOFError):
+        return
 
 
-def main() -> None:
-    """The process's entry: its protocol on standard input and output."""
-    answers_fd = os.dup(1)  # frames only: anything printed goes to standard error
-    os.dup2(2, 1)
+def _answer(answers_fd: int, job: object, builders: _Builders) -> None:
+    """Convert ``job`` and write the answer: ``JobFailed`` for what raises, the answer
+    included if it cannot be written as a frame (``OSError``: the pipe is gone)."""
+    try:
+        assert isinstance(job, ConversionJob), type(job)
+        builder = builders.get(job.spans.layout) if job.spans is not None else None
+        write_frame(answers_fd, convert_job(job, builder))
+    except OSError:
+        raise
+    except Exception:
+        write_frame(answers_fd, JobFailed(traceback.format_exc(limit=8)))
+
+
+def main(answers_fd: int) -> None:
+    """The process's entry (after its bootstrap): jobs on standard input, answers on
+    ``answers_fd`` (standard output's own descriptor, now standard error's)."""
     sys.stdout = sys.stderr
     serve(0, answers_fd)

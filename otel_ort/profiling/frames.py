@@ -48,7 +48,9 @@ def _read(fd: int, size: int, deadline: float | None, at_start: bool) -> bytes |
     while len(data) < size:
         if deadline is not None:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            poller = select.poll()  # (select.select cannot take descriptors over 1023)
+            poller.register(fd, select.POLLIN)
+            if left <= 0 or not poller.poll(left * 1000):
                 raise FrameTimeout(f"no answer within the time allowed ({len(data)} bytes read)")
         chunk = os.read(fd, min(size - len(data), 1 << 20))
         if not chunk:

@@ -1,8 +1,9 @@
 """A profiled run's files: ORT's raw profile read, then the enriched copy published in its place.
 
-Shared by the profiling engine and ``otel-ort profile``: both give each run its own
-:class:`~otel_ort.profiling.store.RunFiles`, read what ORT wrote with ``read_run``, do their
-span work, then ``publish_run``.
+``otel-ort profile`` reads what ORT wrote with ``read_run``, does its span work, then
+``publish_run``. The profiling engine's conversion reads the file itself and makes the
+enriched copy's bytes with ``kept_bytes`` (in the conversion process, or on the worker);
+the worker stores them with ``store_kept``.
 """
 
 from __future__ import annotations
