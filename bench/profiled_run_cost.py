@@ -249,6 +249,9 @@ def _measure(
     for _ in range(3):
         ort_run()
     profiled()  # the session's first profiled run (it runs alone) and the layout probe
+    process = OrtInstrumentor()._profiler._converter.process
+    if process is not None and not process.start():  # ready before the first timed round
+        raise SystemExit(f"the conversion process did not start: {process.unavailable}")
     samples: dict[str, list[Sample]] = defaultdict(list)
     with StageTimers((*HOOKS, *EXPORTS)) as timers:
         for index in range(rounds):

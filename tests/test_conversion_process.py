@@ -62,6 +62,14 @@ def _process() -> ConversionProcess | None:
     return process
 
 
+def _started() -> ConversionProcess:
+    """The profiler's conversion process, started and ready (the worker would convert the
+    first runs itself while it starts)."""
+    process = _process()
+    assert process is not None and process.start()
+    return process
+
+
 @contextmanager
 def _exported(
     receiver: OtlpReceiver, directory: Path, conversion: str, **options: Any
@@ -137,8 +145,8 @@ def test_the_process_gives_the_spans_and_files_the_thread_gives(
             directory = tmp_path / conversion
             with _exported(receiver, directory, conversion, perf_events="default"):
                 session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+                process = _started() if conversion == "process" else _process()
                 _profiled(session, 3)
-                process = _process()
                 if conversion == "process":
                     assert process is not None and process.pid is not None
                     pid = process.pid
@@ -202,9 +210,11 @@ def test_a_provider_without_span_processors_converts_in_the_process(
         perf_events="off",
     ):
         session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+        process = _started()
         _profiled(session, 2)
-        process = _process()
-        assert process is not None and process.pid is not None
+        assert process.pid is not None
+        conversions = process.conversions
+    assert conversions == 2
     spans = [s for s in exporter.get_finished_spans() if s.name != semconv.SPAN_SESSION_CREATE]
     assert [s.name for s in spans] == [semconv.SPAN_RUN] * 2
     assert all(
@@ -221,10 +231,10 @@ def test_a_killed_process_is_replaced_and_said(
     with OtlpReceiver() as receiver:
         with _exported(receiver, tmp_path, "process", perf_events="off"):
             session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+            process = _started()
             _profiled(session, 1)
-            process = _process()
-            assert process is not None and process.pid is not None
             first = process.pid
+            assert first is not None
             os.kill(first, signal.SIGTERM)  # ignored: a group's stop reaches it too
             os.kill(first, signal.SIGINT)
             _profiled(session, 1)
@@ -268,15 +278,43 @@ def test_a_process_that_cannot_start_leaves_conversions_on_the_worker(
             _exported(receiver, tmp_path / "profiles", "process", perf_events="off"),
         ):
             session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
-            _profiled(session, conversion_process.MAX_FAILURES + 1)
             process = _process()
             assert process is not None
+            for _ in range(conversion_process.MAX_FAILURES):
+                assert not process.start()
+                _profiled(session, 1)
             assert "3 failures in a row" in process.unavailable
+            _profiled(session, 1)
         spans = receiver.wait_for_spans((conversion_process.MAX_FAILURES + 1) * 3)
     runs = [s for _, s in spans if s.name == semconv.SPAN_RUN]
     assert len(runs) == conversion_process.MAX_FAILURES + 1
     assert not any(a.key == semconv.PROFILE_ERROR for s in runs for a in s.attributes)
     assert caplog.text.count("converted on the profiler's worker thread from now on") == 1
+
+
+def test_a_process_slow_to_start_holds_no_run_back(
+    tmp_path: Path, mlp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the process has not said it is ready (here it never will), the worker converts
+    the runs itself: none waits for it."""
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nexec sleep 60\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    with OtlpReceiver() as receiver:
+        with _exported(receiver, tmp_path / "profiles", "process", perf_events="off"):
+            session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+            began = time.monotonic()
+            _profiled(session, 3)
+            took = time.monotonic() - began
+            process = _process()
+            assert process is not None and process.pid is not None  # started, not ready
+            assert process.conversions == 0 and not process.unavailable
+        spans = receiver.wait_for_spans(1 + 3 * 3)
+    assert took < conversion_process.START_TIMEOUT_S / 2
+    assert len([s for _, s in spans if s.name == semconv.SPAN_RUN]) == 3
+    assert len(spans) == 1 + 3 * 3
 
 
 def test_a_run_the_process_does_not_answer_in_time_is_said_on_its_span(
@@ -288,10 +326,10 @@ def test_a_run_the_process_does_not_answer_in_time_is_said_on_its_span(
     with OtlpReceiver() as receiver:
         with _exported(receiver, tmp_path, "process", perf_events="off"):
             session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+            process = _started()
             _profiled(session, 1)
-            process = _process()
-            assert process is not None and process.pid is not None
             stopped = process.pid
+            assert stopped is not None
             os.kill(stopped, signal.SIGSTOP)
             _profiled(session, 1)
             _profiled(session, 1)
@@ -325,9 +363,8 @@ def test_a_forked_child_starts_a_process_of_its_own(tmp_path: Path, mlp_path: Pa
         perf_events="off",
     ):
         session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+        process = _started()
         _profiled(session, 1)
-        process = _process()
-        assert process is not None
         parent_helper = process.pid
         assert parent_helper is not None
         read_end, write_end = os.pipe()
@@ -399,6 +436,7 @@ def test_a_job_gives_in_the_process_what_it_gives_here(tmp_path: Path) -> None:
     path = write(tmp_path / "run.json", events)
     layout = SpanLayout(None, None, 4_000_000)
     process = ConversionProcess()
+    assert process.start()
     try:
         there = process.convert(_job(path, layout, ("protobuf", "json")))
     finally:
@@ -432,6 +470,7 @@ def test_span_limits_reach_the_process(tmp_path: Path) -> None:
     limits = SpanLimits(max_span_attributes=3, max_span_attribute_length=8)
     layout = SpanLayout(3, 8, 4_000_000)
     process = ConversionProcess()
+    assert process.start()
     try:
         there = process.convert(_job(path, layout, ("protobuf",)))
     finally:
@@ -456,6 +495,7 @@ def test_a_conversion_that_fails_there_is_said_and_the_process_goes_on(
     process; the next job is answered by a new one."""
     path = write(tmp_path / "run.json", [model_run(0, 100), node_event("n", "Add", 1, 2)])
     process = ConversionProcess()
+    assert process.start()
     try:
         with caplog.at_level(logging.ERROR, logger="otel_ort"):
             lost = process.convert(_job(path, SpanLayout(None, None, -1), ("protobuf",)))
@@ -463,6 +503,7 @@ def test_a_conversion_that_fails_there_is_said_and_the_process_goes_on(
         assert "max_trace_bytes must be >= 0" in lost.detail
         assert "max_trace_bytes must be >= 0" in caplog.text
         assert "a profile's conversion failed" in failure_counts()
+        assert process.start()  # a new one
         done = process.convert(_job(path, SpanLayout(None, None, 1000), ("protobuf",)))
         assert isinstance(done, Converted) and len(done.encoded["protobuf"]) == 1
     finally:

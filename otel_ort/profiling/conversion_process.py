@@ -6,9 +6,10 @@ thread holds it for nearly all its CPU, which cost a GIL-bound service several t
 conversion's share of the CPU (``docs/benchmarks.md``). Here the worker only sends the job
 and waits for the answer (the GIL let go while it waits), then hands the encoded spans on.
 
-The process starts on the first profiled run that can use it (the worker waits up to
-``START_TIMEOUT_S`` for it to say it is ready) and ends with the profiler (``close``) or when
-this process ends (its input closes). A job it does not answer in ``JOB_TIMEOUT_S``, one
+The process starts on the first profiled run that can use it, and the worker converts
+profiles itself until the process says it is ready (within ``START_TIMEOUT_S``, else that
+is a failure). It ends with the profiler (``close``) or when this process ends (its input
+closes). A job it does not answer in ``JOB_TIMEOUT_S``, one
 during which it ends, or one it could not convert (a bug of otel-ort's there) is lost: the
 run span says so, and the next run starts a new process. After ``MAX_FAILURES`` failures in
 a row (to start, or to answer), conversions run on the worker thread, and a warning says
@@ -25,19 +26,20 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 
 from otel_ort._util.forking import after_fork_in_child
 from otel_ort.failures import report_failure
 from otel_ort.profiling.conversion_job import ConversionJob, Converted
 from otel_ort.profiling.conversion_server import JobFailed, Ready
-from otel_ort.profiling.frames import read_frame, write_frame
+from otel_ort.profiling.frames import read_frame, readable, write_frame
 from otel_ort.version import __version__
 
 _logger = logging.getLogger("otel_ort")
 
 START_TIMEOUT_S = 30.0
-"""How long the worker waits for a new process to be ready (docs/benchmarks.md: its start)."""
+"""How long a new process may take to be ready (docs/benchmarks.md: its start)."""
 JOB_TIMEOUT_S = 120.0
 """How long it waits for one run's answer (a 10,000-node run takes about 1 s)."""
 MAX_FAILURES = 3
@@ -67,7 +69,12 @@ class ConversionProcess:
         self._path = _import_path()
         """This process's ``sys.path`` now, absolute (a later ``chdir`` does not move it)."""
         self._child: subprocess.Popen[bytes] | None = None
+        self._ready = False
+        """The process has said it is ready."""
+        self._started = 0.0
         self._failures = 0
+        self.conversions = 0
+        """Jobs it answered with a conversion."""
         self._closed = False
         self._lock = threading.Lock()
         self.unavailable = ""
@@ -95,6 +102,7 @@ class ConversionProcess:
                 return Lost(self._failed(f"it stopped while converting this run ({exc!r})"))
             if isinstance(answer, Converted):
                 self._failures = 0
+                self.conversions += 1
                 return answer
             if isinstance(answer, JobFailed):
                 report_failure("a profile's conversion failed", answer.detail)
@@ -120,20 +128,39 @@ class ConversionProcess:
         if child is not None:
             _end(child, timeout)
 
+    def start(self, timeout: float = START_TIMEOUT_S) -> bool:
+        """Start the process if none runs, and wait until it is ready (benchmarks and tests:
+        the worker never waits for it); whether it is."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if self._running() is not None:
+                    return True
+                if self._child is None or time.monotonic() > deadline:
+                    return False
+            time.sleep(0.01)
+
     def _running(self) -> subprocess.Popen[bytes] | None:
-        """The process, started and ready if need be; ``None`` if it cannot be had."""
+        """The process, started if none runs, once it is ready; ``None`` until then (it is
+        not waited for: the caller converts meanwhile), or if it cannot be had."""
         if self.unavailable or self._closed:
             return None
         child = self._child
-        if child is not None and child.poll() is None:
-            return child
-        if child is not None:
+        if child is not None and child.poll() is not None:
             self._failed(f"it had ended (exit status {child.returncode})")
+            child = None
+        if child is None:
             if self.unavailable:
                 return None
-        return self._start()
+            child = self._spawn()
+            if child is None:
+                return None
+        if self._ready:
+            return child
+        return child if self._readied(child) else None
 
-    def _start(self) -> subprocess.Popen[bytes] | None:
+    def _spawn(self) -> subprocess.Popen[bytes] | None:
+        """Start the process (it says when it is ready); ``None`` if it cannot start."""
         interpreter = sys.executable
         if not interpreter or not _INTERPRETER.fullmatch(os.path.basename(interpreter)):
             self._give_up(f"sys.executable ({interpreter!r}) is not a Python interpreter")
@@ -148,14 +175,30 @@ class ConversionProcess:
                 env=environment,
                 bufsize=0,
             )
-            assert self._child.stdout is not None
-            ready = read_frame(self._child.stdout.fileno(), START_TIMEOUT_S)
-        except Exception as exc:  # it could not start, or said nothing readable in time
+        except Exception as exc:  # no such file, no memory, a process limit
+            self._failed(f"it could not start ({exc!r})")
+            return None
+        self._ready = False
+        self._started = time.monotonic()
+        return self._child
+
+    def _readied(self, child: subprocess.Popen[bytes]) -> bool:
+        """Whether the process has said it is ready (read without waiting for it); a process
+        that said something else, or nothing in ``START_TIMEOUT_S``, has failed."""
+        assert child.stdout is not None
+        if not readable(child.stdout.fileno()):
+            if time.monotonic() - self._started > START_TIMEOUT_S:
+                self._failed(f"it was not ready after {START_TIMEOUT_S:g} s")
+            return False
+        try:
+            ready = read_frame(child.stdout.fileno(), START_TIMEOUT_S)
+        except Exception as exc:  # a frame cut short, or not a pickle
             ready = exc
         if isinstance(ready, Ready) and ready.version == __version__:
-            return self._child
+            self._ready = True
+            return True
         self._failed(f"it did not start (it said {ready!r}; its errors are on standard error)")
-        return None
+        return False
 
     def _failed(self, what: str) -> str:
         """End the process, count a failure and say it (not once closed); the detail for a

@@ -43,6 +43,13 @@ def read_frame(fd: int, timeout_s: float | None = None) -> object | None:
     return value
 
 
+def readable(fd: int) -> bool:
+    """Whether reading ``fd`` would not wait (data, or the other end closed)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
 def _read(fd: int, size: int, deadline: float | None, at_start: bool) -> bytes | None:
     data = bytearray()
     while len(data) < size:
