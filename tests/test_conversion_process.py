@@ -138,7 +138,7 @@ def test_the_process_gives_the_spans_and_files_the_thread_gives(
 ) -> None:
     """The same runs, converted in the process and on the worker thread: the same node
     spans (names, attributes, perf counts among them, parents) and kept files that read the
-    same."""
+    same. The process runs at a lower CPU priority."""
     results = {}
     for conversion in ("process", "thread"):
         with OtlpReceiver() as receiver:
@@ -150,6 +150,7 @@ def test_the_process_gives_the_spans_and_files_the_thread_gives(
                 if conversion == "process":
                     assert process is not None and process.pid is not None
                     pid = process.pid
+                    niceness = os.getpriority(os.PRIO_PROCESS, pid)
                 else:
                     assert process is None
             receiver.wait_for_spans(3 * 3)
@@ -167,41 +168,23 @@ def test_the_process_gives_the_spans_and_files_the_thread_gives(
     )
     assert len(results["process"]) == 3 and all(nodes for _, nodes in results["process"])
     assert results["process kept"] == results["thread kept"]
+    assert niceness == min(19, os.getpriority(os.PRIO_PROCESS, 0) + conversion_process.NICENESS)
     with pytest.raises(ProcessLookupError):  # ended with the profiler
         os.kill(pid, 0)
 
 
-def test_a_provider_with_other_span_processors_converts_on_the_worker(
-    tmp_path: Path, mlp_path: Path
+@pytest.mark.parametrize("takes_profile_spans", [True, False])
+def test_a_processor_that_needs_span_objects_keeps_conversions_on_the_worker(
+    tmp_path: Path, mlp_path: Path, takes_profile_spans: bool
 ) -> None:
-    """A span processor that is not otel-ort's needs span objects: no process is started."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    with instrumentation(
-        tracer_provider=provider,
-        profile_sampler="always",
-        profile_dir=str(tmp_path),
-        perf_events="off",
-    ):
-        session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
-        _profiled(session, 2)
-        process = _process()
-        assert process is not None and process.pid is None
-    runs = [s for s in exporter.get_finished_spans() if s.name == semconv.SPAN_RUN]
-    assert len(runs) == 2
-    assert all(s.attributes is not None and s.attributes[semconv.RUN_NODE_COUNT] for s in runs)
-
-
-def test_a_provider_without_span_processors_converts_in_the_process(
-    tmp_path: Path, mlp_path: Path
-) -> None:
-    """No processor takes profile spans: the process builds them for the run span's
-    summary and sends none back; the kept file is made there too."""
+    """An in-memory exporter's processor needs span objects: the worker converts, and no
+    process starts. Marked as taking no profile spans (it gets the run spans only), it
+    leaves the provider with no processor for them: the process builds the node spans for
+    the run span's summary, sends none back, and makes the kept file."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     memory = SimpleSpanProcessor(exporter)
-    memory.takes_profile_spans = False  # type: ignore[attr-defined]  # run spans only
+    memory.takes_profile_spans = takes_profile_spans  # type: ignore[attr-defined]
     provider.add_span_processor(memory)
     with instrumentation(
         tracer_provider=provider,
@@ -210,16 +193,17 @@ def test_a_provider_without_span_processors_converts_in_the_process(
         perf_events="off",
     ):
         session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
-        process = _started()
+        process = _process()
+        assert process is not None
+        if not takes_profile_spans:
+            assert process.start()
         _profiled(session, 2)
-        assert process.pid is not None
-        conversions = process.conversions
-    assert conversions == 2
+        conversions, pid = process.conversions, process.pid
+    assert (conversions, pid is None) == ((0, True) if takes_profile_spans else (2, False))
     spans = [s for s in exporter.get_finished_spans() if s.name != semconv.SPAN_SESSION_CREATE]
-    assert [s.name for s in spans] == [semconv.SPAN_RUN] * 2
-    assert all(
-        s.attributes is not None and s.attributes[semconv.RUN_NODE_COUNT] == 2 for s in spans
-    )
+    runs = [s for s in spans if s.name == semconv.SPAN_RUN]
+    assert len(runs) == 2 and len(spans) == (2 + 2 * 2 if takes_profile_spans else 2)
+    assert all(s.attributes is not None and s.attributes[semconv.RUN_NODE_COUNT] == 2 for s in runs)
     assert len(list(tmp_path.glob("*.json.gz"))) == 2
 
 

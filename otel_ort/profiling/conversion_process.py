@@ -45,9 +45,14 @@ JOB_TIMEOUT_S = 120.0
 MAX_FAILURES = 3
 """Failures in a row after which conversions stay on the worker thread."""
 
+NICENESS = 10
+"""How much lower the process's CPU priority is than this process's: under a saturated CPU
+the service's threads come first, and conversions, which nothing waits for, take the rest."""
+
 _BOOTSTRAP = (  # signals first; then the answers' own descriptor, before any import can print
     "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
     "signal.signal(signal.SIGTERM, signal.SIG_IGN); answers = os.dup(1); os.dup2(2, 1); "
+    "os.nice(int(sys.argv[2])); "
     "sys.path[:] = __import__('json').loads(sys.argv[1]); "
     "from otel_ort.profiling.conversion_server import main; main(answers)"
 )
@@ -169,7 +174,7 @@ class ConversionProcess:
         environment.pop("PYTHONPATH", None)  # an auto-instrumentation's sitecustomize: not here
         try:
             self._child = subprocess.Popen(
-                [interpreter, "-s", "-c", _BOOTSTRAP, json.dumps(self._path)],
+                [interpreter, "-s", "-c", _BOOTSTRAP, json.dumps(self._path), str(NICENESS)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=environment,
