@@ -6,7 +6,8 @@ The CPU-heavy part (:func:`~otel_ort.profiling.conversion_job.convert_job`) runs
 conversion process (:mod:`~otel_ort.profiling.conversion_process`) when the spans can go
 there and back as OTLP bytes: every span processor that takes profile spans is otel-ort's
 (``take_encoded``) and the tracer provider makes span ids as the SDK's default does. Else,
-or with ``profile_conversion="thread"``, it runs here, on the worker thread.
+while the process starts, or with ``profile_conversion="thread"``, it runs here, on the
+worker thread.
 """
 
 from __future__ import annotations
