@@ -46,6 +46,8 @@ if instrumented:
         tracer_provider=provider, profile_sampler=Always(), profile_dir=tempfile.mkdtemp(),
         profile_max_files=10_000,
     )
+    process = OrtInstrumentor()._profiler._converter.process
+    assert process is not None and process.start(), "the conversion process did not start"
 session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
 x = feeds(session, model)
 for _ in range(runs):

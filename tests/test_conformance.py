@@ -66,6 +66,8 @@ def test_profiled_runs_match_ort_on_every_onnx_node_test_case(
     with instrumentation(
         **telemetry.providers, profile_dir=str(tmp_path), profile_max_files=10, perf_events=False
     ):
+        process = OrtInstrumentor()._profiler._converter.process
+        assert process is not None and process.start(), "the conversion process did not start"
         for case in node_cases():
             try:
                 session = ort.InferenceSession(case.model.SerializeToString(), providers=providers)
@@ -83,8 +85,7 @@ def test_profiled_runs_match_ort_on_every_onnx_node_test_case(
                 if outcome.startswith(("differs", "raises", "not profiled")):
                     problems.append(f"{name}: {outcome}")
             telemetry.exporter.clear()
-        process = OrtInstrumentor()._profiler._converter.process
-        assert process is not None and process.pid is not None, "not the conversion process"
+        assert process.conversions >= FEWEST_PROFILED, "not converted in the process"
     assert failure_counts() == failures_before, "otel-ort reported failures of its own"
     assert telemetry.encoded.spans >= FEWEST_PROFILED, "node spans never reached the exporter"
     assert not problems, "\n".join(problems)

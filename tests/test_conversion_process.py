@@ -149,6 +149,7 @@ def test_the_process_gives_the_spans_and_files_the_thread_gives(
                 _profiled(session, 3)
                 if conversion == "process":
                     assert process is not None and process.pid is not None
+                    assert process.conversions == 3
                     pid = process.pid
                     niceness = os.getpriority(os.PRIO_PROCESS, pid)
                 else:

@@ -42,6 +42,8 @@ START_TIMEOUT_S = 30.0
 """How long a new process may take to be ready (docs/benchmarks.md: its start)."""
 JOB_TIMEOUT_S = 120.0
 """How long it waits for one run's answer (a 10,000-node run takes about 1 s)."""
+READY_READ_S = 1.0
+"""How long reading its first frame may take once it has begun (a stray print before it)."""
 MAX_FAILURES = 3
 """Failures in a row after which conversions stay on the worker thread."""
 
@@ -49,13 +51,21 @@ NICENESS = 10
 """How much lower the process's CPU priority is than this process's: under a saturated CPU
 the service's threads come first, and conversions, which nothing waits for, take the rest."""
 
-_BOOTSTRAP = (  # signals first; then the answers' own descriptor, before any import can print
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN); answers = os.dup(1); os.dup2(2, 1); "
-    "os.nice(int(sys.argv[2])); "
-    "sys.path[:] = __import__('json').loads(sys.argv[1]); "
-    "from otel_ort.profiling.conversion_server import main; main(answers)"
-)
+_BOOTSTRAP = """\
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+answers = os.dup(1)  # frames only: from here on what is printed goes to standard error
+os.dup2(2, 1)
+try:
+    os.nice(int(sys.argv[2]))
+except OSError:  # a sandbox that refuses it: the service's own priority
+    pass
+sys.path[:] = __import__("json").loads(sys.argv[1])
+from otel_ort.profiling.conversion_server import main
+main(answers)
+"""
+"""The process's program: signals and its answers' descriptor first, before any import."""
 _INTERPRETER = re.compile(r"(python|pypy)[0-9.]*[a-z]*")
 
 
@@ -101,10 +111,13 @@ class ConversionProcess:
                 return None
             assert child.stdin is not None and child.stdout is not None
             try:
-                write_frame(child.stdin.fileno(), job)
-                answer = read_frame(child.stdout.fileno(), JOB_TIMEOUT_S)
+                deadline = time.monotonic() + JOB_TIMEOUT_S
+                write_frame(child.stdin.fileno(), job, JOB_TIMEOUT_S)
+                answer = read_frame(child.stdout.fileno(), max(0.0, deadline - time.monotonic()))
             except Exception as exc:  # a closed pipe, no answer in time, a broken frame
                 return Lost(self._failed(f"it stopped while converting this run ({exc!r})"))
+            if self._closed:  # killed by a close() that could not wait: not left a zombie
+                self._failed("it was closed")
             if isinstance(answer, Converted):
                 self._failures = 0
                 self.conversions += 1
@@ -128,20 +141,26 @@ class ConversionProcess:
             return
         try:
             child, self._child = self._child, None
+            ready, self._ready = self._ready, False
         finally:
             self._lock.release()
         if child is not None:
-            _end(child, timeout)
+            _end(child, timeout if ready else 0.0)  # one still importing reads no input
 
     def start(self, timeout: float = START_TIMEOUT_S) -> bool:
         """Start the process if none runs, and wait until it is ready (benchmarks and tests:
-        the worker never waits for it); whether it is."""
+        the worker never waits for it); whether it is. A process that fails meanwhile is
+        one failure: this does not start another."""
         deadline = time.monotonic() + timeout
+        spawned = None
         while True:
             with self._lock:
+                if spawned is not None and self._child is not spawned:
+                    return False
                 if self._running() is not None:
                     return True
-                if self._child is None or time.monotonic() > deadline:
+                spawned = self._child
+                if spawned is None or time.monotonic() > deadline:
                     return False
             time.sleep(0.01)
 
@@ -185,6 +204,8 @@ class ConversionProcess:
             return None
         self._ready = False
         self._started = time.monotonic()
+        assert self._child.stdin is not None
+        os.set_blocking(self._child.stdin.fileno(), False)  # writes wait with a deadline
         return self._child
 
     def _readied(self, child: subprocess.Popen[bytes]) -> bool:
@@ -195,8 +216,8 @@ class ConversionProcess:
             if time.monotonic() - self._started > START_TIMEOUT_S:
                 self._failed(f"it was not ready after {START_TIMEOUT_S:g} s")
             return False
-        try:
-            ready = read_frame(child.stdout.fileno(), START_TIMEOUT_S)
+        try:  # one short write: whole once readable (else not a frame of ours)
+            ready = read_frame(child.stdout.fileno(), READY_READ_S)
         except Exception as exc:  # a frame cut short, or not a pickle
             ready = exc
         if isinstance(ready, Ready) and ready.version == __version__:
@@ -209,6 +230,7 @@ class ConversionProcess:
         """End the process, count a failure and say it (not once closed); the detail for a
         run span."""
         child, self._child = self._child, None
+        self._ready = False
         if child is not None:
             _end(child, 0.0)
         detail = f"the conversion process failed: {what}"

@@ -20,12 +20,25 @@ class FrameTimeout(TimeoutError):
     """No whole frame came in time."""
 
 
-def write_frame(fd: int, value: object) -> None:
-    """Write ``value`` as one frame (``OSError`` when the other end is gone)."""
+def write_frame(fd: int, value: object, timeout_s: float | None = None) -> None:
+    """Write ``value`` as one frame (``OSError`` when the other end is gone). With
+    ``timeout_s`` (``fd`` non-blocking), ``FrameTimeout`` when the other end has not taken
+    it all by then."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     data = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
     view = memoryview(_LENGTH.pack(len(data)) + data)
     while view:
-        written = os.write(fd, view)
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:
+            left = 0.0 if deadline is None else deadline - time.monotonic()
+            poller = select.poll()
+            poller.register(fd, select.POLLOUT)
+            if deadline is None or left <= 0 or not poller.poll(left * 1000):
+                raise FrameTimeout(
+                    f"the frame was not taken in time ({len(view)} bytes left)"
+                ) from None
+            continue
         view = view[written:]
 
 
