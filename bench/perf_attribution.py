@@ -150,7 +150,7 @@ def _stage_us(perf: PerfCounters, run: CountedRun) -> dict[str, float]:
         for node in run.profile.runs[0].nodes
     ]
     raw = run.raw()
-    us, counts = _timed(lambda: perf.attribute(raw, windows))
+    us, counts = _timed(lambda: perf.settled(raw).attribute(windows))
     times = {"attribute": us}
     times["node attributes"] = _timed(lambda: node_attributes(counts))[0]
     times["run attributes"] = _timed(lambda: run_attributes(counts, perf.unavailable_events))[0]

@@ -166,7 +166,7 @@ def measure(config: Config, session: Session, feeds, prefix: str, keep: bool) ->
         profile = read_profile(files[0], start := session.last_run_started_ns)
         nodes = profile.runs[0].nodes
         windows = [(start + int(n.ts * 1000), start + int(n.end * 1000)) for n in nodes]
-        perf.counters.attribute(raw, windows)
+        perf.counters.settled(raw).attribute(windows)
         config.worker_ns.append(worker_ns + clock() - t0)
     for path in files:
         os.unlink(path)

@@ -86,19 +86,27 @@ def attrs(span: ReadableSpan) -> dict[str, Any]:
     return dict(span.attributes or {})
 
 
-class EncodedRequests:
-    """An exporter of otel-ort's profile span processor that counts the spans it was given
-    (already encoded, as the conversion process encodes them)."""
+class EncodedExporter:
+    """An exporter of otel-ort's profile span processor: takes its encoded requests (after
+    ``delay_s`` each; ``held`` until released), counts their spans."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay_s: float = 0.0, held: bool = False) -> None:
+        self.delay_s = delay_s
         self.spans = 0
+        self.requests: list[bytes] = []
+        self.release = threading.Event()
+        if not held:
+            self.release.set()
 
     def export_encoded(self, batch: Encoded) -> SpanExportResult:
+        self.release.wait()
+        time.sleep(self.delay_s)
         self.spans += batch.spans
+        self.requests.append(batch.request)
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
-        pass
+        self.release.set()
 
 
 class Telemetry:
@@ -111,7 +119,7 @@ class Telemetry:
         self.tracer_provider = TracerProvider()
         memory = SimpleSpanProcessor(self.exporter)
         self.tracer_provider.add_span_processor(memory)
-        self.encoded = EncodedRequests()
+        self.encoded = EncodedExporter()
         if encoded:
             memory.takes_profile_spans = False  # type: ignore[attr-defined]
             self.tracer_provider.add_span_processor(

@@ -62,6 +62,25 @@ def _process() -> ConversionProcess | None:
     return process
 
 
+def _one_run_in_the_process(mlp_path: Path) -> tuple[ort.InferenceSession, ConversionProcess, int]:
+    """A session of the MLP, the profiler's conversion process ready, and one profiled run
+    converted there; the process's id."""
+    session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+    process = _started()
+    _profiled(session, 1)
+    assert process.pid is not None and process.conversions == 1
+    return session, process, process.pid
+
+
+def _fake_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> None:
+    """``sys.executable`` a shell script named ``python3`` that runs ``script``."""
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\n{script}\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(sys, "executable", str(fake))
+
+
 def _started() -> ConversionProcess:
     """The profiler's conversion process, started and ready (the worker would convert the
     first runs itself while it starts)."""
@@ -215,11 +234,7 @@ def test_a_killed_process_is_replaced_and_said(
     by the next run (a warning says why), and no run loses its spans."""
     with OtlpReceiver() as receiver:
         with _exported(receiver, tmp_path, "process", perf_events="off"):
-            session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
-            process = _started()
-            _profiled(session, 1)
-            first = process.pid
-            assert first is not None
+            session, process, first = _one_run_in_the_process(mlp_path)
             os.kill(first, signal.SIGTERM)  # ignored: a group's stop reaches it too
             os.kill(first, signal.SIGINT)
             _profiled(session, 1)
@@ -250,11 +265,7 @@ def test_a_process_that_cannot_start_leaves_conversions_on_the_worker(
     another otel-ort's: three failed starts, then the worker converts for good, and says so
     once; every run keeps its spans."""
     if why == "an interpreter that exits":
-        fake = tmp_path / "bin" / "python3"
-        fake.parent.mkdir()
-        fake.write_text("#!/bin/sh\necho not otel-ort >&2\nexit 3\n")
-        fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-        monkeypatch.setattr(sys, "executable", str(fake))
+        _fake_python(tmp_path, monkeypatch, "echo not otel-ort >&2\nexit 3")
     else:
         monkeypatch.setattr(conversion_process, "__version__", "0.0.0-not-this-one")
     with OtlpReceiver() as receiver:
@@ -282,11 +293,7 @@ def test_a_process_slow_to_start_holds_no_run_back(
 ) -> None:
     """While the process has not said it is ready (here it never will), the worker converts
     the runs itself: none waits for it."""
-    fake = tmp_path / "bin" / "python3"
-    fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\nexec sleep 60\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setattr(sys, "executable", str(fake))
+    _fake_python(tmp_path, monkeypatch, "exec sleep 60")
     with OtlpReceiver() as receiver:
         with _exported(receiver, tmp_path / "profiles", "process", perf_events="off"):
             session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
@@ -310,11 +317,7 @@ def test_a_run_the_process_does_not_answer_in_time_is_said_on_its_span(
     monkeypatch.setattr(conversion_process, "JOB_TIMEOUT_S", 1.0)
     with OtlpReceiver() as receiver:
         with _exported(receiver, tmp_path, "process", perf_events="off"):
-            session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
-            process = _started()
-            _profiled(session, 1)
-            stopped = process.pid
-            assert stopped is not None
+            session, process, stopped = _one_run_in_the_process(mlp_path)
             os.kill(stopped, signal.SIGSTOP)
             _profiled(session, 1)
             _profiled(session, 1)
@@ -347,10 +350,7 @@ def test_a_forked_child_starts_a_process_of_its_own(tmp_path: Path, mlp_path: Pa
         profile_dir=str(tmp_path / "profiles"),
         perf_events="off",
     ):
-        session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
-        process = _started()
-        _profiled(session, 1)
-        parent_helper = process.pid
+        session, process, parent_helper = _one_run_in_the_process(mlp_path)
         assert parent_helper is not None
         read_end, write_end = os.pipe()
         child = os.fork()

@@ -136,7 +136,7 @@ class Counter:
     def counted(self) -> tuple[Any, list[tuple[int, int]], RawRun, RunCounts]:
         """A counted run: its nodes, their windows as attributed (moved ``late_ns``)."""
         nodes, windows, raw = self.run({"x": self.feed()})
-        counts = self.counters.attribute(raw, windows)
+        counts = self.counters.settled(raw).attribute(windows)
         late = counts.late_ns
         return nodes, [(start + late, end + late) for start, end in windows], raw, counts
 
@@ -252,7 +252,7 @@ def test_each_runs_records_are_taken_once_by_whoever_needs_them_first(
         assert before.tid == after.tid
         assert after.window[0] >= before.window[1]  # the windows do not overlap
     for raw, windows in ((first, first_windows), (second, second_windows)):
-        counts = counter.counters.attribute(raw, windows)
+        counts = counter.counters.settled(raw).attribute(windows)
         total = counts.attribution.totals["task-clock"]
         per_node = sum(values["task-clock"] for values in counts.attribution.nodes)
         assert abs(per_node + counts.attribution.between["task-clock"] - total) <= 0.02 * total
@@ -290,7 +290,7 @@ def test_a_run_whose_groups_closed_before_it_was_settled_says_so(counter_factory
         f"thread {first.tid} not counted",
         f"thread {second.tid} not counted",
     ]
-    counts = counter.counters.attribute(raw, windows)
+    counts = counter.counters.settled(raw).attribute(windows)
     assert counts.attribution.totals["task-clock"] > 0  # the calling thread's
     assert len(counts.problems) == 2
 
@@ -434,7 +434,7 @@ def test_a_profiled_run_switches_nothing_and_counts_its_window_only(
     monkeypatch.setattr(kernel, "read_group", lambda *args: ioctls.append(args))
     _, windows, raw = counter.run({"x": counter.feed()})
     assert not ioctls and not used
-    counts = counter.counters.attribute(raw, windows)
+    counts = counter.counters.settled(raw).attribute(windows)
     threads, _ = raw.settle()
     assert {thread.tid for thread in threads} == {
         threading.get_native_id(),
@@ -520,7 +520,7 @@ def _faulting_run(elements: int) -> tuple[RunCounts, int]:
             assert not isinstance(raw, str), raw
             nodes = read_profile(path, start).runs[0].nodes
             windows = [(start + int(n.ts * 1000), start + int(n.end * 1000)) for n in nodes]
-            return counter.counters.attribute(raw, windows), last - first
+            return counter.counters.settled(raw).attribute(windows), last - first
         finally:
             counter.close()
 

@@ -27,6 +27,7 @@ from otel_ort.export.profile_export import ProfileExportProcessor
 from otel_ort.profiles import read_profile
 from otel_ort.profiles.span_draft import SpanDraft
 from otel_ort.profiles.spans import SpanBuilder
+from tests.conftest import EncodedExporter
 from tests.helpers.otlp_receiver import OtlpReceiver
 from tests.helpers.profiles import session_level_profile
 
@@ -116,32 +117,10 @@ def test_an_endpoint_that_is_down_fails_the_export_and_is_counted(
 # -- the profile processor --------------------------------------------------------------
 
 
-class SlowExporter:
-    """Takes encoded requests slowly; counts spans; ``held`` until released."""
-
-    def __init__(self, delay_s: float = 0.0, held: bool = False) -> None:
-        self.delay_s = delay_s
-        self.spans = 0
-        self.requests: list[bytes] = []
-        self.release = threading.Event()
-        if not held:
-            self.release.set()
-
-    def export_encoded(self, batch: Encoded) -> SpanExportResult:
-        self.release.wait()
-        time.sleep(self.delay_s)
-        self.spans += batch.spans
-        self.requests.append(batch.request)
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        self.release.set()
-
-
 def test_a_burst_bigger_than_the_queue_waits_for_room_and_loses_nothing(
     real_profile: Path,
 ) -> None:
-    exporter = SlowExporter(delay_s=0.005)
+    exporter = EncodedExporter(delay_s=0.005)
     drops = DropCounter()
     processor = ProfileExportProcessor(
         exporter, ProtobufSpans(), drops, queue_size=16, batch_size=8, delay_ms=5000
@@ -158,7 +137,7 @@ def test_a_burst_bigger_than_the_queue_waits_for_room_and_loses_nothing(
 
 
 def test_batches_stay_under_their_byte_limit(real_profile: Path) -> None:
-    exporter = SlowExporter()
+    exporter = EncodedExporter()
     processor = ProfileExportProcessor(exporter, ProtobufSpans(), batch_bytes=4096)
     spans = drafts(real_profile, copies=3)
     assert processor.take_drafts(spans) == set()
@@ -169,7 +148,7 @@ def test_batches_stay_under_their_byte_limit(real_profile: Path) -> None:
 
 def test_spans_handed_over_during_a_shutdown_are_exported_or_counted(real_profile: Path) -> None:
     for _ in range(20):
-        exporter = SlowExporter()
+        exporter = EncodedExporter()
         drops = DropCounter()
         processor = ProfileExportProcessor(exporter, ProtobufSpans(), drops, queue_size=64)
         spans = drafts(real_profile)
@@ -182,7 +161,7 @@ def test_spans_handed_over_during_a_shutdown_are_exported_or_counted(real_profil
 
 
 def test_what_a_shutdown_timeout_leaves_is_counted(real_profile: Path) -> None:
-    exporter = SlowExporter(held=True)  # a collector that never answers
+    exporter = EncodedExporter(held=True)  # a collector that never answers
     drops = DropCounter()
     counting = CountingSpanExporter(exporter, Endpoint("x"), drops, "profiles")  # type: ignore[arg-type]
     processor = ProfileExportProcessor(counting, ProtobufSpans(), drops, batch_size=16)

@@ -403,10 +403,6 @@ class PerfCounters:
             tuple(self.unavailable_events),
         )
 
-    def attribute(self, raw: RawRun, windows: Windows) -> RunCounts:
-        """Per-node counts for ``windows`` (see ``SettledRun.attribute``)."""
-        return self.settled(raw).attribute(windows)
-
     def _kinds(self, plan: probe.Plan) -> dict[str, str]:
         """How each counted alias is attributed: the time alias first."""
         kinds = {self._time_alias: "time"}

@@ -188,9 +188,7 @@ class Converter:
                 if encodings is not None and not set(encodings) <= set(ENCODINGS):
                     encodings = None  # an encoding the process does not write
             if encodings is not None:
-                spans = job.spans
-                if spans is not None:
-                    spans = SpanJob(spans.trace_id, spans.parent_id, spans.layout, encodings)
+                spans = job.spans and replace(job.spans, encodings=encodings)
                 done = self.process.convert(replace(job, spans=spans))
                 if done is not None:
                     return done

@@ -31,10 +31,7 @@ def write_frame(fd: int, value: object, timeout_s: float | None = None) -> None:
         try:
             written = os.write(fd, view)
         except BlockingIOError:
-            left = 0.0 if deadline is None else deadline - time.monotonic()
-            poller = select.poll()
-            poller.register(fd, select.POLLOUT)
-            if deadline is None or left <= 0 or not poller.poll(left * 1000):
+            if deadline is None or not _waited(fd, select.POLLOUT, deadline):
                 raise FrameTimeout(
                     f"the frame was not taken in time ({len(view)} bytes left)"
                 ) from None
@@ -58,20 +55,23 @@ def read_frame(fd: int, timeout_s: float | None = None) -> object | None:
 
 def readable(fd: int) -> bool:
     """Whether reading ``fd`` would not wait (data, or the other end closed)."""
+    return _waited(fd, select.POLLIN, time.monotonic())
+
+
+def _waited(fd: int, event: int, deadline: float) -> bool:
+    """Wait until ``fd`` is ready for ``event`` (or its other end closed), at most until
+    ``deadline`` (monotonic); whether it is. ``poll``: ``select`` cannot take descriptors
+    over 1023."""
     poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(0))
+    poller.register(fd, event)
+    return bool(poller.poll(max(0.0, deadline - time.monotonic()) * 1000))
 
 
 def _read(fd: int, size: int, deadline: float | None, at_start: bool) -> bytes | None:
     data = bytearray()
     while len(data) < size:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            poller = select.poll()  # (select.select cannot take descriptors over 1023)
-            poller.register(fd, select.POLLIN)
-            if left <= 0 or not poller.poll(left * 1000):
-                raise FrameTimeout(f"no answer within the time allowed ({len(data)} bytes read)")
+        if deadline is not None and not _waited(fd, select.POLLIN, deadline):
+            raise FrameTimeout(f"no answer within the time allowed ({len(data)} bytes read)")
         chunk = os.read(fd, min(size - len(data), 1 << 20))
         if not chunk:
             if at_start and not data:
