@@ -383,6 +383,25 @@ def test_a_forked_child_starts_a_process_of_its_own(tmp_path: Path, mlp_path: Pa
     assert len(names) == 3 * 2  # the node spans of three runs, the child's among them
 
 
+def test_the_process_reuses_its_memory_unless_the_user_said_otherwise(
+    tmp_path: Path, mlp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process's environment keeps glibc's freed memory for the next conversion and
+    starts one OpenBLAS thread; a value the user set stays theirs."""
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "12345")
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    with instrumentation(profile_sampler="always", profile_dir=str(tmp_path), perf_events="off"):
+        *_, pid = _one_run_in_the_process(mlp_path)
+        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        environment = dict(entry.decode().split("=", 1) for entry in raw if b"=" in entry)
+        assert environment["MALLOC_TRIM_THRESHOLD_"] == "12345"
+        assert environment["MALLOC_MMAP_THRESHOLD_"] == str(4 << 20)
+        assert environment["OPENBLAS_NUM_THREADS"] == "1"
+        assert len(os.listdir(f"/proc/{pid}/task")) == 1  # numpy's OpenBLAS pool: none
+        assert "OPENBLAS_NUM_THREADS" not in os.environ  # this process's own: untouched
+
+
 def test_frames_go_both_ways_and_say_what_went_wrong() -> None:
     """A frame round-trips; a pipe closed between frames is ``None``, inside one an
     ``EOFError``; no frame in time is a ``FrameTimeout``."""

@@ -146,6 +146,11 @@ def test_runs_get_unique_names_and_published_files_are_0600(tmp_path: Path) -> N
     Path(first.prefix + "_2026-11-22_10-00-00_000.json").write_text("[]")
     assert store.written(first) == [first.prefix + "_2026-11-22_10-00-00_000.json"]
     assert store.written(second) == []
+    tenth = [store.new_run() for _ in range(8)][-1]  # its prefix starts with the first's
+    Path(tenth.prefix + "_2026-11-22_10-00-01_000.json").write_text("[]")
+    Path(first.prefix + "_2026-11-22_10-00-02_000.json.part").write_text("")
+    assert store.written(first) == [first.prefix + "_2026-11-22_10-00-00_000.json"]
+    assert store.written(tenth) == [tenth.prefix + "_2026-11-22_10-00-01_000.json"]
     store.publish(b"[]", first.path)
     assert mode(first.path) == 0o600
     assert os.path.basename(first.path).startswith("otel-ort_")

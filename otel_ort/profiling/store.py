@@ -267,8 +267,21 @@ class ProfileStore:
 
     @staticmethod
     def written(run: RunFiles) -> list[str]:
-        """The files ORT wrote for ``run`` (normally one)."""
-        return sorted(glob.glob(glob.escape(run.prefix) + "_*.json"))
+        """The files ORT wrote for ``run`` (normally one): ``<prefix>_*.json``. Matched by
+        hand: ``glob`` compiles each run's new pattern to a regular expression, which cost
+        the worker 0.1 ms with the GIL held, three times a run (2026-11-27)."""
+        directory, name = os.path.split(run.prefix)
+        start = name + "_"
+        try:
+            with os.scandir(directory) as entries:
+                found = [
+                    entry.path
+                    for entry in entries
+                    if entry.name.startswith(start) and entry.name.endswith(".json")
+                ]
+        except OSError:  # no such directory, as glob would say: none
+            return []
+        return sorted(found)
 
     @staticmethod
     def publish(data: bytes, path: str) -> None:
