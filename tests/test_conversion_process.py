@@ -32,7 +32,7 @@ from otel_ort.export.otlp_json_file import OtlpJsonFileSpanExporter
 from otel_ort.export.profile_export import ProfileExportProcessor
 from otel_ort.failures import failure_counts
 from otel_ort.profiles.spans import SpanBuilder
-from otel_ort.profiling import conversion_process
+from otel_ort.profiling import conversion_process, frames
 from otel_ort.profiling.conversion_job import (
     ConversionJob,
     Converted,
@@ -427,6 +427,25 @@ def test_frames_go_both_ways_and_say_what_went_wrong() -> None:
 def _job(path: Path, layout: SpanLayout, encodings: tuple[str, ...] | None) -> ConversionJob:
     spans = SpanJob(0x1234, 0x99, layout, encodings)
     return ConversionJob(str(path), 1_000_000_000, None, spans, {"model": "m"}, (7, "main"), 42)
+
+
+def test_a_frame_longer_than_its_first_buffer_is_read_whole_and_a_wild_length_is_not_allocated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A frame over ``_FIRST_BUFFER`` grows its buffer as its bytes come; a length that no
+    frame has (a stray print read as one) allocates no more than that before failing."""
+    monkeypatch.setattr(frames, "_FIRST_BUFFER", 1000)
+    read_end, write_end = os.pipe()
+    value = [b"y" * 50_000, b"z" * 7]
+    writer = threading.Thread(target=write_frame, args=(write_end, value))
+    writer.start()
+    assert read_frame(read_end, timeout_s=5) == value
+    writer.join()
+    os.write(write_end, (1 << 60).to_bytes(8, "little") + b"hello")
+    os.close(write_end)
+    with pytest.raises(EOFError, match="5 of 1152921504606846976 bytes"):
+        read_frame(read_end, timeout_s=5)
+    os.close(read_end)
 
 
 def test_a_job_gives_in_the_process_what_it_gives_here(tmp_path: Path) -> None:
