@@ -31,7 +31,9 @@ POOL_RUNS = 100_000
 POOL_THREADS = 8
 
 _ONE = """
-import json, sys, tempfile
+import json, os, sys, tempfile
+for name in {fixed!r}:  # this process's own malloc setting: not its conversion process's
+    os.environ.pop(name, None)
 import numpy as np, onnxruntime as ort
 from opentelemetry.sdk.trace import TracerProvider
 from otel_ort import OrtInstrumentor, flush_profiles
@@ -101,7 +103,7 @@ print(json.dumps({{"growth_kb": rss() - before}}))
 def _python(script: str, *args: str, env: Mapping[str, str] | None = None) -> dict[str, int]:
     root = str(Path(__file__).resolve().parent.parent)
     done = subprocess.run(
-        [sys.executable, "-c", script.format(root=root), *args],
+        [sys.executable, "-c", script.format(root=root, fixed=sorted(env or {})), *args],
         capture_output=True,
         text=True,
         check=False,
@@ -119,7 +121,8 @@ FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 allocation over 128 KiB gets its own mapping, returned when freed. With the adaptive
 threshold, one process's RSS after the same 80 runs moves by several MB from run to run,
 with where large buffers happen to land (2026-11-27: the recogniser, +6.8 to +15.9 MB over
-17 pairs); fixed, every process of a kind measured within 0.5 MB of the others."""
+17 pairs); fixed, every process of a kind measured within 0.5 MB of the others. For the
+measured process only: its conversion process starts with otel-ort's own malloc settings."""
 
 
 @dataclass(frozen=True)

@@ -383,23 +383,46 @@ def test_a_forked_child_starts_a_process_of_its_own(tmp_path: Path, mlp_path: Pa
     assert len(names) == 3 * 2  # the node spans of three runs, the child's among them
 
 
-def test_the_process_reuses_its_memory_unless_the_user_said_otherwise(
-    tmp_path: Path, mlp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _child_environment(mlp_path: Path) -> dict[str, str]:
+    """The environment of the conversion process of one profiled run of the MLP."""
+    *_, pid = _one_run_in_the_process(mlp_path)
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(entry.decode().split("=", 1) for entry in raw if b"=" in entry)
+
+
+@pytest.mark.parametrize(
+    ("user", "expected"),
+    [
+        ({}, {"MALLOC_TRIM_THRESHOLD_": str(32 << 20), "MALLOC_MMAP_THRESHOLD_": str(4 << 20)}),
+        (
+            {"MALLOC_TRIM_THRESHOLD_": "12345"},
+            {"MALLOC_TRIM_THRESHOLD_": "12345", "MALLOC_MMAP_THRESHOLD_": str(4 << 20)},
+        ),
+        (
+            {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=999"},
+            {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=999"},
+        ),
+    ],
+)
+def test_the_process_reuses_its_memory_unless_the_user_tuned_malloc(
+    tmp_path: Path,
+    mlp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    user: dict[str, str],
+    expected: dict[str, str],
 ) -> None:
-    """The process's environment keeps glibc's freed memory for the next conversion and
-    starts one OpenBLAS thread; a value the user set stays theirs."""
-    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "12345")
-    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
-    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    """The process's environment keeps glibc's freed memory for the next conversion, unless
+    the user tuned malloc; OpenBLAS starts no pool there, whatever the user set for theirs."""
+    for name in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {**user, "OPENBLAS_NUM_THREADS": "8"}.items():
+        monkeypatch.setenv(name, value)
     with instrumentation(profile_sampler="always", profile_dir=str(tmp_path), perf_events="off"):
-        *_, pid = _one_run_in_the_process(mlp_path)
-        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        environment = dict(entry.decode().split("=", 1) for entry in raw if b"=" in entry)
-        assert environment["MALLOC_TRIM_THRESHOLD_"] == "12345"
-        assert environment["MALLOC_MMAP_THRESHOLD_"] == str(4 << 20)
-        assert environment["OPENBLAS_NUM_THREADS"] == "1"
-        assert len(os.listdir(f"/proc/{pid}/task")) == 1  # numpy's OpenBLAS pool: none
-        assert "OPENBLAS_NUM_THREADS" not in os.environ  # this process's own: untouched
+        environment = _child_environment(mlp_path)
+    malloc = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
+    assert {name: environment[name] for name in malloc if name in environment} == expected
+    assert environment["OPENBLAS_NUM_THREADS"] == "1"
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "8"  # this process's own: untouched
 
 
 def test_frames_go_both_ways_and_say_what_went_wrong() -> None:

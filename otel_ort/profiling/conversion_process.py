@@ -68,16 +68,14 @@ main(answers)
 """The process's program: signals and its answers' descriptor first, before any import."""
 _INTERPRETER = re.compile(r"(python|pypy)[0-9.]*[a-z]*")
 
-CHILD_ENVIRONMENT = {
+MALLOC_ENVIRONMENT = {
     "MALLOC_TRIM_THRESHOLD_": str(32 << 20),
     "MALLOC_MMAP_THRESHOLD_": str(4 << 20),
-    "OPENBLAS_NUM_THREADS": "1",
 }
-"""Set in the process's environment where the user has not set them. glibc's malloc keeps
-up to 32 MB of freed heap and serves buffers below 4 MB from it: each conversion then reuses
-the last one's memory instead of faulting it in anew (500 page faults a recogniser run: 1 ms
-of its 7, for 3 MB more RSS). numpy's OpenBLAS starts one thread there, not one per CPU: the
-conversion calls no BLAS routine, and each extra thread spun for 70 ms at the start."""
+"""glibc's malloc in the process keeps up to 32 MB free at the top of its heap and serves
+buffers below 4 MB from the heap: each conversion reuses the memory the last one freed
+instead of faulting it in anew (docs/decisions.md). Set unless the user tuned malloc
+(these variables, or ``glibc.malloc`` tunables in ``GLIBC_TUNABLES``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,8 +200,10 @@ class ConversionProcess:
             return None
         environment = dict(os.environ)
         environment.pop("PYTHONPATH", None)  # an auto-instrumentation's sitecustomize: not here
-        for name, value in CHILD_ENVIRONMENT.items():
-            environment.setdefault(name, value)
+        environment["OPENBLAS_NUM_THREADS"] = "1"  # no BLAS routine here: no pool of threads
+        if "glibc.malloc." not in environment.get("GLIBC_TUNABLES", ""):
+            for name, value in MALLOC_ENVIRONMENT.items():
+                environment.setdefault(name, value)
         try:
             self._child = subprocess.Popen(
                 [interpreter, "-s", "-c", _BOOTSTRAP, json.dumps(self._path), str(NICENESS)],

@@ -268,14 +268,14 @@ class ProfileStore:
     @staticmethod
     def written(run: RunFiles) -> list[str]:
         """The files ORT wrote for ``run`` (normally one): ``<prefix>_*.json``. Matched by
-        hand: ``glob`` compiles each run's new pattern to a regular expression, which cost
-        the worker 0.1 ms with the GIL held, three times a run (2026-11-27)."""
+        hand: ``glob`` compiles each run's new pattern to a regular expression, on the
+        worker, with the GIL held, three times a run."""
         directory, name = os.path.split(run.prefix)
         start = name + "_"
         try:
-            with os.scandir(directory) as entries:
+            with os.scandir(directory or os.curdir) as entries:
                 found = [
-                    entry.path
+                    os.path.join(directory, entry.name)
                     for entry in entries
                     if entry.name.startswith(start) and entry.name.endswith(".json")
                 ]
