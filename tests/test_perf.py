@@ -49,7 +49,14 @@ from otel_ort.perf.counting import PerfCounters, Pool, RawRun, RunCounts
 from otel_ort.perf.events import EventSpec, parse_events
 from otel_ort.perf.group import ThreadGroup
 from otel_ort.perf.probe import event_problem
-from otel_ort.perf.records import GroupSample, ThreadRecords, parse, parse_recent, reaches
+from otel_ort.perf.records import (
+    GroupSample,
+    ThreadRecords,
+    parse,
+    parse_recent,
+    reaches,
+    trim_recent,
+)
 from otel_ort.perf.report import node_attributes
 from otel_ort.perf.tracks import counter_events
 from otel_ort.profiles.reader import read_profile
@@ -579,6 +586,9 @@ def test_a_flight_rings_records_are_kept_from_the_last_switch_before_the_window(
     assert throttled.events == plain.events and throttled.throttles == [700]
     assert not parse_recent(b"".join(newest_first[:3]), (450, 850), ThreadRecords())
     assert not parse_recent(b"", (450, 850), ThreadRecords())
+    assert trim_recent(b"", (450, 850)) == (b"", False)  # a ring with no record
+    kept = [newest_first[at] for at in (1, 2, 3, 5)]  # 800, 600, 500, and the switch at 300
+    assert trim_recent(b"".join(newest_first), (450, 850)) == (b"".join(kept), True)
 
 
 def test_a_flight_rings_newest_records_reach_a_window_past_its_start_and_a_switch() -> None:

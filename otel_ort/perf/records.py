@@ -120,6 +120,8 @@ def reaches(data: bytes, since: int, switches: bool) -> bool:
     to a switch record in a ring of switches (``switches``). ``False`` when it cannot tell:
     records other than switches and sparse samples, or times that do not fall record after
     record (the clock was set back): then more of the ring is read, up to all of it."""
+    if len(data) < _PLAIN.itemsize:  # no record (most sparse events' rings): no numpy
+        return False
     plain = _plain_records(data)
     if plain is None:
         return False
@@ -146,6 +148,8 @@ def parse_recent(data: bytes, window: tuple[int, int], out: ThreadRecords) -> bo
     """The records of a flight ring (``data`` newest first) that ``window`` needs (see
     ``_Selected``), added to ``out``; not the later ones, which may be many by the time the
     ring is read. Whether the records reach back before the window's start."""
+    if len(data) < _PLAIN.itemsize:  # no record: nothing to add, nothing reached
+        return False
     selected = _select(data, window)
     if selected is None:
         older = ThreadRecords()
@@ -185,6 +189,8 @@ def trim_recent(data: bytes, window: tuple[int, int]) -> tuple[bytes, bool]:
     ``parse_recent`` keeps for ``window``, to hold until they are parsed (32 bytes each,
     where parsed records would take several times that), and whether they reach back before
     the window's start. With other records among them (throttling), all of ``data``."""
+    if len(data) < _PLAIN.itemsize:  # no record
+        return b"", False
     selected = _select(data, window)
     if selected is None:
         return data, parse_recent(data, window, ThreadRecords())
