@@ -1,6 +1,6 @@
 """The one build step pyproject.toml cannot say: the optional C parts of a profile's
 conversion (node records, node spans' attributes and drafts, span framing, perf counter
-tracks; ``docs/architecture.md``).
+tracks, perf records to node counts; ``docs/architecture.md``).
 
 ``optional=True``: where they cannot be compiled (no C compiler, no Python headers), the
 install goes on and otel-ort does the same work in Python, with the same output
@@ -18,6 +18,7 @@ setup(
             ("otel_ort.profiles._ort_nodes", "otel_ort/profiles/_ort_nodes.c"),
             ("otel_ort.profiles._node_parts", "otel_ort/profiles/_node_parts.c"),
             ("otel_ort.perf._track_text", "otel_ort/perf/_track_text.c"),
+            ("otel_ort.perf._node_counts", "otel_ort/perf/_node_counts.c"),
             ("otel_ort.export._span_frame", "otel_ort/export/_span_frame.c"),
         )
     ]

@@ -75,7 +75,7 @@ def test_wheel_ships_py_typed_and_entry_point(tmp_path: Path) -> None:
     assert "otel-ort = otel_ort.cli:main" in text
     parts = {
         "otel_ort/profiles/_ort_nodes", "otel_ort/profiles/_node_parts",
-        "otel_ort/perf/_track_text", "otel_ort/export/_span_frame",
+        "otel_ort/perf/_track_text", "otel_ort/perf/_node_counts", "otel_ort/export/_span_frame",
     }  # fmt: skip
     assert stubs == parts  # their types, for mypy in users' projects
     if os.environ.get("CI") == "true" or shutil.which("cc"):  # a C compiler: all are built

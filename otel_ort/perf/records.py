@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from otel_ort._util.native import NATIVE_WANTED
 from otel_ort.perf.kernel import unpack_group
+
+try:
+    from otel_ort.perf import _node_counts
+except ImportError:  # not built at install: the rings are read with numpy
+    _node_counts = None  # type: ignore[assignment]
+if not NATIVE_WANTED:  # OTEL_ORT_NATIVE=off
+    _node_counts = None  # type: ignore[assignment]
 
 _SAMPLE, _SWITCH, _THROTTLE = 9, 14, 5
 _PLAIN = np.dtype(  # a switch record or a sparse sample: the only records of 32 bytes
@@ -122,6 +130,10 @@ def reaches(data: bytes, since: int, switches: bool) -> bool:
     record (the clock was set back): then more of the ring is read, up to all of it."""
     if len(data) < _PLAIN.itemsize:  # no record (most sparse events' rings): no numpy
         return False
+    if _node_counts is not None:  # in C where it was built, for plain records
+        reached = _node_counts.reaches_back(data, since, switches)
+        if reached is not NotImplemented:
+            return reached
     plain = _plain_records(data)
     if plain is None:
         return False
@@ -150,6 +162,14 @@ def parse_recent(data: bytes, window: tuple[int, int], out: ThreadRecords) -> bo
     ring is read. Whether the records reach back before the window's start."""
     if len(data) < _PLAIN.itemsize:  # no record: nothing to add, nothing reached
         return False
+    if _node_counts is not None:  # in C where it was built, for plain records
+        parsed = _node_counts.recent_records(data, *window)
+        if parsed is not NotImplemented:
+            switches, events, reached = parsed
+            out.switches.extend(switches)
+            for identifier, moments in events.items():
+                out.events.setdefault(identifier, []).extend(moments)
+            return reached
     selected = _select(data, window)
     if selected is None:
         older = ThreadRecords()
@@ -191,6 +211,10 @@ def trim_recent(data: bytes, window: tuple[int, int]) -> tuple[bytes, bool]:
     the window's start. With other records among them (throttling), all of ``data``."""
     if len(data) < _PLAIN.itemsize:  # no record
         return b"", False
+    if _node_counts is not None:  # in C where it was built, for plain records
+        trimmed = _node_counts.trimmed_records(data, *window)
+        if trimmed is not NotImplemented:
+            return trimmed
     selected = _select(data, window)
     if selected is None:
         return data, parse_recent(data, window, ThreadRecords())

@@ -14,11 +14,19 @@ import numpy.typing as npt
 from opentelemetry.util.types import AttributeValue
 
 from otel_ort import semconv
+from otel_ort._util.native import NATIVE_WANTED
 from otel_ort.perf.attribution import Attribution, NodeColumns, as_ints
 from otel_ort.perf.counting import RunCounts, SettledRun
 from otel_ort.perf.tracks import counter_events, counter_text
 from otel_ort.profiles.chrome import EventText
 from otel_ort.profiles.records import Profile
+
+try:
+    from otel_ort.perf import _node_counts
+except ImportError:  # not built at install: the node attributes are made here
+    _node_counts = None  # type: ignore[assignment]
+if not NATIVE_WANTED:  # OTEL_ORT_NATIVE=off
+    _node_counts = None  # type: ignore[assignment]
 
 _MAX_PROBLEM = 256
 
@@ -118,8 +126,7 @@ def _from_columns(
     if not aliases:
         return [{} for _ in range(columns.nodes)]
     threads = sorted(columns.threads, key=lambda thread: thread.tid)
-    width = len(aliases)  # rows: the totals, then each thread's values, alias by alias
-    ints = as_ints(
+    ints = as_ints(  # rows: the totals, then each thread's values, alias by alias
         np.stack(
             [columns.values[alias] for alias in aliases]
             + [thread.values[alias] for thread in threads for alias in aliases]
@@ -135,11 +142,34 @@ def _from_columns(
         uncounted |= np.isnan(columns.values[alias])
     on_cpu = np.array([thread.on_cpu for thread in threads], dtype=bool).reshape(len(threads), -1)
     on_cpu[:, on_cpu.sum(axis=0) < 2] = False  # a node's split: only when several threads
+    tids = tuple(thread.tid for thread in threads)
+    if _node_counts is not None:  # in C where it was built: the same dicts
+        made = _node_counts.node_dicts(
+            tuple(value_keys), tuple(split_keys), semconv.PERF_THREAD_IDS, tids, ints, on_cpu,
+            uncounted,
+        )  # fmt: skip
+    else:
+        made = _dicts(value_keys, split_keys, tids, ints, on_cpu, uncounted)
+    for index in np.flatnonzero(uncounted).tolist():
+        made[index] = _node(attribution.nodes[index], attribution.threads[index])
+    return made
+
+
+def _dicts(
+    value_keys: list[str],
+    split_keys: list[str],
+    tids: tuple[int, ...],
+    ints: npt.NDArray[np.int64],
+    on_cpu: npt.NDArray[np.bool_],
+    uncounted: npt.NDArray[np.bool_],
+) -> list[Any]:
+    """``_from_columns``'s dicts, a set of threads at a time (``None`` where uncounted)."""
+    width = len(value_keys)
     counted = np.flatnonzero(~uncounted)
     counted = counted[np.lexsort(on_cpu[:, counted])]  # the nodes of each set of threads together
     sets = on_cpu[:, counted]
     new_set = np.flatnonzero((sets[:, 1:] != sets[:, :-1]).any(axis=0)) + 1
-    out: list[dict[str, AttributeValue]] = [{}] * columns.nodes  # each replaced (or uncounted)
+    out: list[Any] = [None] * len(uncounted)  # each counted one replaced
     for first, indices in zip([0, *new_set.tolist()], np.split(counted, new_set), strict=True):
         members = np.flatnonzero(sets[:, first]).tolist() if len(indices) else []
         chosen = ints[:, indices]
@@ -148,8 +178,8 @@ def _from_columns(
                 out[index] = dict(zip(value_keys, values, strict=True))
             continue
         rows: list[list[Any]] = chosen[:width].tolist()  # several threads: their split too
-        tids = [threads[at].tid for at in members]
-        rows.append([list(tids) for _ in indices])
+        member_tids = [tids[at] for at in members]
+        rows.append([list(member_tids) for _ in indices])
         rows += [
             chosen[[width * (1 + at) + column for at in members]].T.tolist()
             for column in range(width)
@@ -157,8 +187,6 @@ def _from_columns(
         names = [*value_keys, semconv.PERF_THREAD_IDS, *split_keys]
         for index, row in zip(indices.tolist(), zip(*rows, strict=False), strict=False):
             out[index] = dict(zip(names, row, strict=False))
-    for index in np.flatnonzero(uncounted).tolist():
-        out[index] = _node(attribution.nodes[index], attribution.threads[index])
     return out
 
 
