@@ -44,6 +44,8 @@ def _built() -> None:
     for name in ("_node_parts", "_ort_nodes"):
         native_part(f"otel_ort.profiles.{name}")
     native_part("otel_ort.export._span_frame")
+    native_part("otel_ort.perf._track_text")
+    native_part("otel_ort.perf._node_counts")
 
 
 def records(profile: Profile) -> list[Any]:

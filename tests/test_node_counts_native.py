@@ -1,6 +1,7 @@
 """perf's C part (``_node_counts``) gives what the numpy code it stands in for gives: flight
 rings' records read for a window (``parse_recent``, ``trim_recent``, ``reaches``) on fuzzed
-rings, plain or not, and the node attributes made from columns (``node_attributes``) on
+rings, plain or not, a thread's counts attributed to node windows (``attribute``) on fuzzed
+records and windows, and the node attributes made from columns (``node_attributes``) on
 fuzzed columns. Each case runs both ways: the C part, then numpy (the module's
 ``_node_counts`` set to ``None``)."""
 
@@ -16,8 +17,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from otel_ort.perf import records, report
-from otel_ort.perf.attribution import Attribution, NodeColumns, ThreadColumns
+from otel_ort.perf import attribution, records, report
+from otel_ort.perf.attribution import (
+    Attribution,
+    Counted,
+    NodeColumns,
+    ThreadColumns,
+    ThreadRun,
+    attribute,
+)
 from otel_ort.perf.counting import RunCounts
 from otel_ort.perf.records import ThreadRecords, parse_recent, reaches, trim_recent
 from otel_ort.perf.report import node_attributes
@@ -33,6 +41,7 @@ def _built() -> None:
 
 def _both(monkeypatch: pytest.MonkeyPatch, module: Any, call: Callable[[], Any]) -> Any:
     """``call()`` with the C part, then with numpy's code; both results."""
+    assert module._node_counts is not None  # (not with OTEL_ORT_NATIVE=off)
     native = call()
     with monkeypatch.context() as patched:
         patched.setattr(module, "_node_counts", None)
@@ -77,6 +86,8 @@ def test_a_flight_rings_records_are_read_in_c_as_with_numpy(
             return reached, out.switches, list(out.events.items()), out.throttles
 
         assert len(set(map(repr, _both(monkeypatch, records, parsed)))) == 1
+        in_c = native_part("otel_ort.perf._node_counts").recent_records(data, SINCE, UNTIL)
+        assert (in_c is NotImplemented) is (not plain and len(data) >= 32)
         trimmed = _both(monkeypatch, records, partial(trim_recent, data, (SINCE, UNTIL)))
         assert trimmed[0] == trimmed[1]
         for switches in (True, False):
@@ -129,3 +140,100 @@ def test_what_the_c_part_refuses() -> None:
         counts.node_dicts((), (), "perf.thread_ids", (), b"", b"", b"")
     with pytest.raises(TypeError):
         counts.node_dicts(["perf.a"], ("x",), "t", (), b"", b"", b"")
+
+
+def test_the_c_part_adds_to_what_earlier_rings_gave_and_takes_the_windows_edges(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thread's second ring adds to its first's records; times on the window's edges."""
+    first = struct.pack("IHHQIIQ", 9, 0, 32, 2, 1, 7, SINCE + 5)
+    second = b"".join(
+        [
+            struct.pack("IHHQIIQ", 9, 0, 32, 2, 1, 7, UNTIL),
+            struct.pack("IHHIIQQ", 14, 0x2000, 32, 1, 7, SINCE, 1),
+            struct.pack("IHHQIIQ", 9, 0, 32, 3, 1, 7, SINCE),
+        ]
+    )
+
+    def both_rings() -> tuple[Any, ...]:
+        out = ThreadRecords()
+        parse_recent(first, (SINCE, UNTIL), out)
+        reached = parse_recent(second, (SINCE, UNTIL), out)
+        return reached, out.switches, list(out.events.items())
+
+    native, reference = _both(monkeypatch, records, both_rings)
+    assert native == reference == (False, [(SINCE, True)], [(2, [SINCE + 5, UNTIL]), (3, [SINCE])])
+    in_c = native_part("otel_ort.perf._node_counts")
+    assert in_c.recent_records(second, 2**63, 2**64) is NotImplemented
+    assert in_c.reaches_back(second, -(2**64), True) is NotImplemented
+
+
+KINDS = {"task-clock": "time", "context-switches": "switches", "page-faults": "sparse"}
+
+
+def _thread(rng: random.Random, tid: int, span: tuple[int, int]) -> ThreadRun:
+    """One thread's records around ``span``: switches in and out (in ring order, so not
+    sorted), page-fault samples, at times inside and outside its window, now and then none,
+    or records that are not all there."""
+    low, high = span
+    begin, end = low - rng.randrange(0, 300), high + rng.randrange(0, 300)
+    switches = [
+        (rng.randrange(begin - 400, end + 400), rng.random() < 0.5)
+        for _ in range(rng.choice((0, 1, 2, 7, 60)))
+    ]
+    if switches and rng.random() < 0.1:
+        switches.append(switches[0])  # the same moment twice
+    faults = [rng.randrange(begin - 200, end + 200) for _ in range(rng.choice((0, 3, 30)))]
+    incomplete = frozenset(name for name in ("switches", "page-faults") if rng.random() < 0.08)
+    records = ThreadRecords(switches=switches, events={5: faults} if faults else {})
+    ids = {"task-clock": 1, "context-switches": 1, "page-faults": 5}
+    return ThreadRun(tid, (begin, end), None, None, records, ids, incomplete, rng.random() < 0.5)
+
+
+def _windows(rng: random.Random, nodes: int) -> list[tuple[int, int]]:
+    """Node windows in order of start, apart or nested (a control-flow node's subgraph)."""
+    windows: list[tuple[int, int]] = []
+    at = 10**9 + rng.randrange(0, 10**6)
+    for _ in range(nodes):
+        if windows and rng.random() < 0.15:  # inside the previous one
+            start, stop = windows[-1]
+            inner = rng.randrange(start, stop + 1)
+            windows.append((inner, rng.randrange(inner, stop + 1)))
+            continue
+        at += rng.randrange(0, 50)
+        windows.append((at, at + rng.randrange(0, 400)))
+        at = windows[-1][1]
+    return windows
+
+
+def _attributed(result: Attribution) -> Any:
+    assert result.columns is not None
+    threads = [
+        (t.tid, t.on_cpu.tolist(), {a: v.tolist() for a, v in t.values.items()})
+        for t in result.columns.threads
+    ]
+    return repr((threads, result.totals, result.between))  # (NaN as nan: comparable)
+
+
+def test_a_threads_counts_are_attributed_in_c_as_with_numpy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = random.Random(415)
+    for _ in range(400):
+        windows = _windows(rng, rng.choice((0, 1, 5, 40)))
+        span = (windows[0][0], windows[-1][1]) if windows else (10**9, 10**9 + 1000)
+        runs = [_thread(rng, tid, span) for tid in rng.sample(range(1, 99), rng.randrange(1, 4))]
+        counted = Counted(KINDS, "task-clock")
+        native, reference = _both(
+            monkeypatch, attribution, partial(attribute, runs, windows, counted)
+        )
+        assert _attributed(native) == _attributed(reference)
+
+
+def test_dense_events_are_attributed_with_numpy() -> None:
+    """The C part takes the switch-based and sparse kinds only."""
+    run = ThreadRun(1, (0, 10), None, None, ThreadRecords(), {"cycles": 2})
+    counted = Counted({"task-clock": "time", "cycles": "dense"}, "task-clock")
+    empty = np.zeros(1)
+    result = Attribution(columns=NodeColumns((), {}, (), 1))
+    assert attribution._values_in_c(run, 0, empty, empty, empty > 0, counted, result) is None

@@ -22,10 +22,12 @@ typedef struct {
     uint16_t misc, size;
     uint64_t a, b, c;
 } Record;
+_Static_assert(sizeof(Record) == RECORD, "a record is 32 bytes");
 
+/* A record as the kernel wrote it (in this machine's byte order), wherever it lies. */
 static Record record_at(const char *data, Py_ssize_t index) {
     Record r;
-    memcpy(&r, data + index * RECORD, sizeof r); /* (x86_64 and aarch64: little-endian) */
+    memcpy(&r, data + index * RECORD, sizeof r);
     return r;
 }
 
@@ -60,16 +62,25 @@ static void select_window(const char *data, Py_ssize_t count, int64_t since, int
     *reached = count > 0 && oldest < since;
 }
 
+/* A time argument within int64; 1 when it is not (an overflow: Python's turn), -1 on error. */
+static int time_arg(PyObject *value, int64_t *out) {
+    *out = PyLong_AsLongLong(value);
+    if (*out != -1 || !PyErr_Occurred()) return 0;
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+    PyErr_Clear();
+    return 1;
+}
+
+/* The data's buffer and the window; 1: a time past int64 (NotImplemented), -1: an error. */
 static int parse_window(PyObject *const *args, Py_ssize_t nargs, Py_buffer *view,
                         int64_t *since, int64_t *until) {
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "(data, since, until)");
         return -1;
     }
-    *since = PyLong_AsLongLong(args[1]);
-    if (*since == -1 && PyErr_Occurred()) return -1;
-    *until = PyLong_AsLongLong(args[2]);
-    if (*until == -1 && PyErr_Occurred()) return -1;
+    int r = time_arg(args[1], since);
+    if (r == 0) r = time_arg(args[2], until);
+    if (r != 0) return r;
     return PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE);
 }
 
@@ -80,7 +91,8 @@ static PyObject *recent_records(PyObject *module, PyObject *const *args, Py_ssiz
     (void)module;
     Py_buffer view;
     int64_t since, until;
-    if (parse_window(args, nargs, &view, &since, &until) < 0) return NULL;
+    int window = parse_window(args, nargs, &view, &since, &until);
+    if (window != 0) return window < 0 ? NULL : Py_NewRef(Py_NotImplemented);
     const char *data = view.buf;
     Py_ssize_t count = view.len / RECORD;
     PyObject *result = NULL, *switches = NULL, *events = NULL, *ids = NULL;
@@ -168,7 +180,8 @@ static PyObject *trimmed_records(PyObject *module, PyObject *const *args, Py_ssi
     (void)module;
     Py_buffer view;
     int64_t since, until;
-    if (parse_window(args, nargs, &view, &since, &until) < 0) return NULL;
+    int window = parse_window(args, nargs, &view, &since, &until);
+    if (window != 0) return window < 0 ? NULL : Py_NewRef(Py_NotImplemented);
     const char *data = view.buf;
     Py_ssize_t count = view.len / RECORD, kept = 0;
     PyObject *result = NULL, *bytes = NULL;
@@ -209,8 +222,9 @@ static PyObject *reaches_back(PyObject *module, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "reaches_back(data, since, switches)");
         return NULL;
     }
-    int64_t since = PyLong_AsLongLong(args[1]);
-    if (since == -1 && PyErr_Occurred()) return NULL;
+    int64_t since;
+    int status = time_arg(args[1], &since);
+    if (status != 0) return status < 0 ? NULL : Py_NewRef(Py_NotImplemented);
     int switches = PyObject_IsTrue(args[2]);
     if (switches < 0) return NULL;
     Py_buffer view;
@@ -268,7 +282,8 @@ static PyObject *node_dicts(PyObject *module, PyObject *const *args, Py_ssize_t 
     }
     PyObject *out = NULL;
     Py_ssize_t nodes = uncounted.len, rows = width * (1 + threads);
-    if (ints.itemsize != 8 || ints.len != rows * nodes * 8 || on_cpu.len != threads * nodes) {
+    if (ints.itemsize != 8 || on_cpu.itemsize != 1 || uncounted.itemsize != 1 ||
+        ints.len != rows * nodes * 8 || on_cpu.len != threads * nodes) {
         PyErr_SetString(PyExc_ValueError, "node_dicts: arrays of other shapes than said");
         goto done;
     }
@@ -329,6 +344,270 @@ done:
     return out;
 }
 
+/* -- one thread's values per node (attribution.py's _OnCpu and _thread_values) ------------ */
+
+typedef struct {
+    int64_t time;
+    int out;
+} Switch;
+
+static int switch_order(const void *x, const void *y) { /* numpy's lexsort: time, then out */
+    const Switch *a = x, *b = y;
+    if (a->time != b->time) return a->time < b->time ? -1 : 1;
+    return (a->out > b->out) - (a->out < b->out);
+}
+
+typedef struct {
+    double *starts, *lengths, *before; /* on-CPU intervals, ns since origin; before: n + 1 */
+    Py_ssize_t n;
+    double *switched_out; /* ns since origin, in time order */
+    Py_ssize_t outs;
+} OnCpu;
+
+static void on_cpu_free(OnCpu *c) {
+    PyMem_Free(c->starts);
+    PyMem_Free(c->lengths);
+    PyMem_Free(c->before);
+    PyMem_Free(c->switched_out);
+}
+
+static int64_t clip64(int64_t value, int64_t low, int64_t high) {
+    return value < low ? low : (value > high ? high : value);
+}
+
+/* _OnCpu.__init__: the thread's on-CPU intervals inside [begin, end] from its switches. */
+static int on_cpu_make(Switch *table, Py_ssize_t count, int64_t begin, int64_t end,
+                       int running, int64_t origin, OnCpu *c) {
+    memset(c, 0, sizeof *c);
+    qsort(table, (size_t)count, sizeof *table, switch_order);
+    Py_ssize_t room = count + 1;
+    c->starts = PyMem_Malloc(sizeof(double) * (size_t)room);
+    c->lengths = PyMem_Malloc(sizeof(double) * (size_t)room);
+    c->before = PyMem_Malloc(sizeof(double) * (size_t)(room + 1));
+    c->switched_out = PyMem_Malloc(sizeof(double) * (size_t)room);
+    if (!c->starts || !c->lengths || !c->before || !c->switched_out) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int first = count ? table[0].out : running;
+    int64_t previous = begin; /* the time before each switch, clipped: lefts */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t time = clip64(table[i].time, begin, end);
+        int was_on = i == 0 ? first : !table[i - 1].out;
+        if (table[i].out) {
+            c->switched_out[c->outs++] = (double)(table[i].time - origin);
+            if (was_on) { /* switched out while on one: an interval ends */
+                c->starts[c->n] = (double)(previous - origin);
+                c->lengths[c->n] = (double)(time - origin) - c->starts[c->n];
+                c->n++;
+            }
+        }
+        previous = time;
+    }
+    if (count ? !table[count - 1].out : first) { /* on a CPU until the end */
+        c->starts[c->n] = (double)((count ? previous : begin) - origin);
+        c->lengths[c->n] = (double)(end - origin) - c->starts[c->n];
+        c->n++;
+    }
+    c->before[0] = 0.0;
+    for (Py_ssize_t i = 0; i < c->n; i++) c->before[i + 1] = c->before[i] + c->lengths[i];
+    return 0;
+}
+
+/* _OnCpu.at: on-CPU time from the window's start up to ``time``. */
+static double on_cpu_at(const OnCpu *c, double time) {
+    if (c->n == 0) return 0.0;
+    Py_ssize_t low = 0, high = c->n; /* searchsorted(starts, time, "right") */
+    while (low < high) {
+        Py_ssize_t mid = (low + high) / 2;
+        if (c->starts[mid] <= time) low = mid + 1; else high = mid;
+    }
+    Py_ssize_t index = low - 1 < 0 ? 0 : low - 1;
+    double inside = time - c->starts[index];
+    inside = inside < 0 ? 0 : inside;
+    inside = inside > c->lengths[index] ? c->lengths[index] : inside;
+    return time >= c->starts[0] ? c->before[index] + inside : 0.0;
+}
+
+static int compare_doubles(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static Py_ssize_t count_below(const double *sorted, Py_ssize_t n, double value) {
+    Py_ssize_t low = 0, high = n; /* searchsorted(sorted, value, "left") */
+    while (low < high) {
+        Py_ssize_t mid = (low + high) / 2;
+        if (sorted[mid] < value) low = mid + 1; else high = mid;
+    }
+    return low;
+}
+
+/* _counts_in: per node, the times inside the thread's window that fall in [start, end);
+ * the window's count is the total. ``times`` is sorted here. */
+static Py_ssize_t counts_in(double *times, Py_ssize_t n, double low, double high,
+                            const double *starts, const double *ends, Py_ssize_t nodes,
+                            double *out) {
+    Py_ssize_t kept = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (times[i] >= low && times[i] <= high) times[kept++] = times[i];
+    qsort(times, (size_t)kept, sizeof *times, compare_doubles);
+    for (Py_ssize_t k = 0; k < nodes; k++)
+        out[k] = (double)(count_below(times, kept, ends[k]) - count_below(times, kept, starts[k]));
+    return kept;
+}
+
+enum { TIME = 0, SWITCHES = 1, SPARSE = 2 };
+
+/* thread_values(switches, begin, end, running, origin, starts, ends, outermost, aliases)
+ * -> [(values, total, between)] per alias: _thread_values for the time, switches and sparse
+ * kinds. switches: (time, switched out) records; starts, ends: float64 node windows (ns
+ * since origin); outermost: bool per node; aliases: (kind, sample times or None, whether its
+ * records are incomplete) each. values: a bytearray of float64 per node. */
+static PyObject *thread_values(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 9 || !PyList_CheckExact(args[0]) || !PyTuple_CheckExact(args[8])) {
+        PyErr_SetString(PyExc_TypeError, "thread_values(switches, begin, end, running, origin, "
+                                         "starts, ends, outermost, aliases)");
+        return NULL;
+    }
+    int64_t begin, end, origin;
+    int overflow = time_arg(args[1], &begin);
+    if (overflow == 0) overflow = time_arg(args[2], &end);
+    if (overflow == 0) overflow = time_arg(args[4], &origin);
+    if (overflow != 0) return overflow < 0 ? NULL : Py_NewRef(Py_NotImplemented);
+    int running = PyObject_IsTrue(args[3]);
+    if (running < 0) return NULL;
+    Py_buffer starts_view, ends_view, outer_view;
+    if (PyObject_GetBuffer(args[5], &starts_view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(args[6], &ends_view, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&starts_view);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[7], &outer_view, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&starts_view);
+        PyBuffer_Release(&ends_view);
+        return NULL;
+    }
+    PyObject *result = NULL, *switches = args[0], *aliases = args[8];
+    Py_ssize_t count = PyList_GET_SIZE(switches), nodes = outer_view.len;
+    Switch *table = NULL;
+    double *times = NULL;
+    OnCpu c;
+    memset(&c, 0, sizeof c);
+    if (starts_view.itemsize != 8 || ends_view.itemsize != 8 || outer_view.itemsize != 1 ||
+        starts_view.len != nodes * 8 || ends_view.len != nodes * 8) {
+        PyErr_SetString(PyExc_ValueError, "thread_values: windows of other shapes than said");
+        goto done;
+    }
+    const double *starts = starts_view.buf, *ends = ends_view.buf;
+    const char *outermost = outer_view.buf;
+    table = PyMem_Malloc(sizeof *table * (size_t)(count + 1));
+    if (table == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyList_GET_ITEM(switches, i);
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2) {
+            result = Py_NewRef(Py_NotImplemented);
+            goto done;
+        }
+        int r = time_arg(PyTuple_GET_ITEM(item, 0), &table[i].time);
+        if (r != 0) {
+            if (r > 0) result = Py_NewRef(Py_NotImplemented);
+            goto done;
+        }
+        table[i].out = PyObject_IsTrue(PyTuple_GET_ITEM(item, 1));
+        if (table[i].out < 0) goto done;
+    }
+    if (on_cpu_make(table, count, begin, end, running, origin, &c) < 0) goto done;
+    double low = (double)(begin - origin), high = (double)(end - origin);
+    Py_ssize_t n_aliases = PyTuple_GET_SIZE(aliases);
+    result = PyList_New(n_aliases);
+    if (result == NULL) goto done;
+    for (Py_ssize_t a = 0; a < n_aliases; a++) {
+        PyObject *spec = PyTuple_GET_ITEM(aliases, a);
+        long kind;
+        int incomplete;
+        PyObject *samples;
+        if (!PyTuple_CheckExact(spec) || PyTuple_GET_SIZE(spec) != 3 ||
+            (kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 0))) < TIME || kind > SPARSE ||
+            (incomplete = PyObject_IsTrue(PyTuple_GET_ITEM(spec, 2))) < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "thread_values: a bad alias");
+            goto fail;
+        }
+        samples = PyTuple_GET_ITEM(spec, 1);
+        PyObject *values = PyByteArray_FromStringAndSize(NULL, nodes * 8);
+        if (values == NULL) goto fail;
+        double *out = (double *)PyByteArray_AS_STRING(values), total, recorded;
+        if (kind == TIME) {
+            for (Py_ssize_t k = 0; k < nodes; k++)
+                out[k] = on_cpu_at(&c, ends[k]) - on_cpu_at(&c, starts[k]);
+            recorded = total = c.before[c.n];
+        } else {
+            Py_ssize_t n = 0;
+            const double *source = c.switched_out;
+            if (kind == SPARSE) {
+                if (!PyList_CheckExact(samples)) {
+                    Py_DECREF(values);
+                    PyErr_SetString(PyExc_ValueError, "thread_values: sparse times not a list");
+                    goto fail;
+                }
+                n = PyList_GET_SIZE(samples);
+            } else {
+                n = c.outs;
+            }
+            PyMem_Free(times);
+            times = PyMem_Malloc(sizeof *times * (size_t)(n + 1));
+            if (times == NULL) {
+                Py_DECREF(values);
+                PyErr_NoMemory();
+                goto fail;
+            }
+            for (Py_ssize_t i = 0; i < n; i++) {
+                if (kind == SPARSE) {
+                    int64_t moment;
+                    int r = time_arg(PyList_GET_ITEM(samples, i), &moment);
+                    if (r != 0) {
+                        Py_DECREF(values);
+                        if (r > 0) {
+                            Py_SETREF(result, Py_NewRef(Py_NotImplemented));
+                            goto done;
+                        }
+                        goto fail;
+                    }
+                    times[i] = (double)(moment - origin);
+                } else {
+                    times[i] = source[i];
+                }
+            }
+            recorded = total = (double)counts_in(times, n, low, high, starts, ends, nodes, out);
+        }
+        if (incomplete) { /* its records are not all there: unknown */
+            for (Py_ssize_t k = 0; k < nodes; k++) out[k] = Py_NAN;
+            total = Py_NAN;
+        }
+        double outer = 0.0; /* whole numbers: any order sums them exactly, as numpy's does */
+        for (Py_ssize_t k = 0; k < nodes; k++)
+            if (outermost[k]) outer += out[k];
+        PyObject *item = Py_BuildValue("(Ndd)", values, total, recorded - outer);
+        if (item == NULL) goto fail;
+        PyList_SET_ITEM(result, a, item);
+    }
+    goto done;
+fail:
+    Py_CLEAR(result);
+done:
+    on_cpu_free(&c);
+    PyMem_Free(table);
+    PyMem_Free(times);
+    PyBuffer_Release(&starts_view);
+    PyBuffer_Release(&ends_view);
+    PyBuffer_Release(&outer_view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"recent_records", (PyCFunction)(void (*)(void))recent_records, METH_FASTCALL,
      "recent_records(data, since, until): (switches, events, reached), or NotImplemented."},
@@ -336,6 +615,9 @@ static PyMethodDef methods[] = {
      "trimmed_records(data, since, until): (kept bytes, reached), or NotImplemented."},
     {"reaches_back", (PyCFunction)(void (*)(void))reaches_back, METH_FASTCALL,
      "reaches_back(data, since, switches): bool, or NotImplemented."},
+    {"thread_values", (PyCFunction)(void (*)(void))thread_values, METH_FASTCALL,
+     "thread_values(switches, begin, end, running, origin, starts, ends, outermost, aliases): "
+     "per alias, (float64 values per node, total, between), or NotImplemented."},
     {"node_dicts", (PyCFunction)(void (*)(void))node_dicts, METH_FASTCALL,
      "node_dicts(value_keys, split_keys, ids_key, tids, ints, on_cpu, uncounted): per node, "
      "its perf attributes (None where uncounted)."},

@@ -1,7 +1,7 @@
 from types import NotImplementedType
 from typing import Any
 
-from numpy import bool_, int64
+from numpy import bool_, float64, int64
 from numpy.typing import NDArray
 
 def recent_records(
@@ -11,6 +11,17 @@ def trimmed_records(
     data: bytes, since: int, until: int
 ) -> tuple[bytes, bool] | NotImplementedType: ...
 def reaches_back(data: bytes, since: int, switches: bool) -> bool | NotImplementedType: ...
+def thread_values(
+    switches: list[tuple[int, bool]],
+    begin: int,
+    end: int,
+    running: bool,
+    origin: int,
+    starts: NDArray[float64],
+    ends: NDArray[float64],
+    outermost: NDArray[bool_],
+    aliases: tuple[tuple[int, list[int] | None, bool], ...],
+) -> list[tuple[bytearray, float, float]] | NotImplementedType: ...
 def node_dicts(
     value_keys: tuple[str, ...],
     split_keys: tuple[str, ...],

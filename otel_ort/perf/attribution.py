@@ -29,7 +29,15 @@ from math import isnan
 import numpy as np
 import numpy.typing as npt
 
+from otel_ort._util.native import NATIVE_WANTED
 from otel_ort.perf.records import ThreadRecords
+
+try:
+    from otel_ort.perf import _node_counts
+except ImportError:  # not built at install: every thread is attributed with numpy
+    _node_counts = None  # type: ignore[assignment]
+if not NATIVE_WANTED:  # OTEL_ORT_NATIVE=off
+    _node_counts = None  # type: ignore[assignment]
 
 Array = npt.NDArray[np.float64]
 
@@ -181,8 +189,10 @@ def attribute(runs: Sequence[ThreadRun], windows: Windows, counted: Counted) -> 
     sums: dict[str, Array] = {}
     threads = []
     for run in runs:
-        on_cpu = _OnCpu(run, origin)
-        per_node = _thread_values(run, on_cpu, starts, ends, outermost, counted, result)
+        per_node = _values_in_c(run, origin, starts, ends, outermost, counted, result)
+        if per_node is None:
+            on_cpu = _OnCpu(run, origin)
+            per_node = _thread_values(run, on_cpu, starts, ends, outermost, counted, result)
         threads.append(ThreadColumns(run.tid, per_node[counted.time_alias] > 0, per_node))
         for alias, array in per_node.items():
             sums[alias] = sums.get(alias, np.zeros(len(pairs))) + array
@@ -255,6 +265,43 @@ def _thread_values(
                 total = math.nan
         _add(result.totals, alias, total)
         _add(result.between, alias, recorded[alias] - float(out[alias][outermost].sum()))
+    return out
+
+
+_C_KINDS = {"time": 0, "switches": 1, "sparse": 2}
+"""The kinds the C part attributes (dense events: numpy's interpolation here)."""
+
+
+def _values_in_c(
+    run: ThreadRun,
+    origin: int,
+    starts: Array,
+    ends: Array,
+    outermost: npt.NDArray[np.bool_],
+    counted: Counted,
+    result: Attribution,
+) -> dict[str, Array] | None:
+    """``_thread_values`` in C (``_node_counts``), where it was built and every alias is of a
+    kind it takes; ``None``: numpy's turn."""
+    if _node_counts is None or not all(kind in _C_KINDS for kind in counted.kinds.values()):
+        return None
+    specs: list[tuple[int, list[int] | None, bool]] = []
+    for alias, kind in counted.kinds.items():
+        if kind == "sparse":
+            specs.append((2, run.records.events.get(run.ids[alias]) or [], alias in run.incomplete))
+        else:
+            specs.append((_C_KINDS[kind], None, "switches" in run.incomplete))
+    made = _node_counts.thread_values(
+        run.records.switches, *run.window, run.running, origin, starts, ends, outermost,
+        tuple(specs),
+    )  # fmt: skip
+    if made is NotImplemented:
+        return None
+    out: dict[str, Array] = {}
+    for alias, (values, total, between) in zip(counted.kinds, made, strict=True):
+        out[alias] = np.frombuffer(values, np.float64)
+        _add(result.totals, alias, total)
+        _add(result.between, alias, between)
     return out
 
 
