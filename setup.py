@@ -1,6 +1,6 @@
 """The one build step pyproject.toml cannot say: the optional C parts of a profile's
 conversion (node records, node spans' attributes and drafts, span framing, perf counter
-tracks, perf records to node counts; ``docs/architecture.md``).
+tracks, perf's attribution; ``docs/architecture.md``).
 
 ``optional=True``: where they cannot be compiled (no C compiler, no Python headers), the
 install goes on and otel-ort does the same work in Python, with the same output

@@ -282,10 +282,11 @@ def test_measured_spans_are_framed_in_c_as_in_python() -> None:
 def test_otel_ort_native_off_runs_the_python_code(value: str, used: bool) -> None:
     code = (
         "from otel_ort.profiles import node_encoding, reader\n"
-        "from otel_ort.perf import records, report, tracks\n"
+        "from otel_ort.perf import attribution, records, report, tracks\n"
         "from otel_ort.export import otlp_encoding\n"
         "parts = [node_encoding._node_parts, reader._ort_nodes, tracks._track_text,"
-        " otlp_encoding._span_frame, records._node_counts, report._node_counts]\n"
+        " otlp_encoding._span_frame, records._node_counts, report._node_counts,"
+        " attribution._node_counts]\n"
         "print([part is not None for part in parts])\n"
     )
     env = {**os.environ, "OTEL_ORT_NATIVE": value}
@@ -293,7 +294,7 @@ def test_otel_ort_native_off_runs_the_python_code(value: str, used: bool) -> Non
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == str([used] * 6)
+    assert done.stdout.strip() == str([used] * 7)
 
 
 def test_a_bad_otel_ort_native_is_logged_and_the_c_parts_used() -> None:

@@ -12,6 +12,7 @@ import random
 import struct
 from collections.abc import Callable
 from functools import partial
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -177,6 +178,8 @@ def _thread(rng: random.Random, tid: int, span: tuple[int, int]) -> ThreadRun:
     or records that are not all there."""
     low, high = span
     begin, end = low - rng.randrange(0, 300), high + rng.randrange(0, 300)
+    if rng.random() < 0.03:  # a window of no length, or one the wrong way round
+        end = begin - rng.choice((0, 50))
     switches = [
         (rng.randrange(begin - 400, end + 400), rng.random() < 0.5)
         for _ in range(rng.choice((0, 1, 2, 7, 60)))
@@ -218,6 +221,15 @@ def _attributed(result: Attribution) -> Any:
 def test_a_threads_counts_are_attributed_in_c_as_with_numpy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    in_c = native_part("otel_ort.perf._node_counts")
+    answered: list[bool] = []
+
+    def thread_values(*args: Any) -> Any:
+        made = in_c.thread_values(*args)
+        answered.append(made is not NotImplemented)
+        return made
+
+    monkeypatch.setattr(attribution, "_node_counts", SimpleNamespace(thread_values=thread_values))
     rng = random.Random(415)
     for _ in range(400):
         windows = _windows(rng, rng.choice((0, 1, 5, 40)))
@@ -228,6 +240,7 @@ def test_a_threads_counts_are_attributed_in_c_as_with_numpy(
             monkeypatch, attribution, partial(attribute, runs, windows, counted)
         )
         assert _attributed(native) == _attributed(reference)
+    assert len(answered) > 400 and all(answered)  # the C part did every thread
 
 
 def test_dense_events_are_attributed_with_numpy() -> None:
@@ -237,3 +250,19 @@ def test_dense_events_are_attributed_with_numpy() -> None:
     empty = np.zeros(1)
     result = Attribution(columns=NodeColumns((), {}, (), 1))
     assert attribution._values_in_c(run, 0, empty, empty, empty > 0, counted, result) is None
+
+
+def test_records_of_another_form_go_to_numpy() -> None:
+    """A switched-out flag that is no bool, or a time whose distance to the origin is past
+    int64 (numpy would wrap it), is numpy's to attribute."""
+    in_c = native_part("otel_ort.perf._node_counts")
+    windows = np.zeros(1), np.ones(1), np.ones(1, dtype=bool)
+    specs = ((0, None, False),)
+    assert in_c.thread_values([(5, 1)], 0, 10, False, 0, *windows, specs) is NotImplemented
+    assert in_c.thread_values([(5, True)], 0, 10, 1, 0, *windows, specs) is NotImplemented
+    far = [(2**62, True)]
+    assert in_c.thread_values(far, 0, 10, False, -(2**62), *windows, specs) is NotImplemented
+    sparse = ((2, [2**62], False),)
+    assert in_c.thread_values([], 0, 10, False, -(2**62), *windows, sparse) is NotImplemented
+    made = in_c.thread_values([(5, True)], 0, 10, False, 0, *windows, specs)
+    assert made is not NotImplemented and made[0][1:] == (5.0, 4.0)

@@ -1,8 +1,10 @@
 /* A counted run's records on their way to node counts, in C: the usual case of
- * otel_ort/perf/records.py's flight-ring reading (parse_recent, trim_recent, reaches) and of
- * otel_ort/perf/report.py's node attributes from columns (_from_columns), giving what the
- * Python code gives. They are the reference: a ring with any record other than a switch or
- * a sparse sample is NotImplemented here, and read there.
+ * otel_ort/perf/records.py's flight-ring reading (parse_recent, trim_recent, reaches), of
+ * otel_ort/perf/attribution.py's per-thread values (_OnCpu, _thread_values: the time,
+ * switches and sparse kinds) and of otel_ort/perf/report.py's node attributes from columns
+ * (_from_columns), giving what the Python code gives. That code is the reference: a ring
+ * with any record other than a switch or a sparse sample, a time past int64 or a dense event
+ * is NotImplemented here (or not sent), and done there.
  *
  * Rings hold 32-byte records, the newest first: u32 type, u16 misc, u16 size, then three
  * u64 (a switch record: pid/tid, time, id; a sample: id, pid/tid, time).
@@ -371,8 +373,15 @@ static void on_cpu_free(OnCpu *c) {
     PyMem_Free(c->switched_out);
 }
 
-static int64_t clip64(int64_t value, int64_t low, int64_t high) {
-    return value < low ? low : (value > high ? high : value);
+static int64_t clip64(int64_t value, int64_t low, int64_t high) { /* np.clip's order */
+    int64_t raised = value < low ? low : value;
+    return raised > high ? high : raised;
+}
+
+/* Whether ``time - origin`` fits int64 (numpy would wrap it: such a time is Python's). */
+static int fits(int64_t time, int64_t origin) {
+    int64_t difference;
+    return !__builtin_sub_overflow(time, origin, &difference);
 }
 
 /* _OnCpu.__init__: the thread's on-CPU intervals inside [begin, end] from its switches. */
@@ -466,7 +475,7 @@ enum { TIME = 0, SWITCHES = 1, SPARSE = 2 };
  * records are incomplete) each. values: a bytearray of float64 per node. */
 static PyObject *thread_values(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 9 || !PyList_CheckExact(args[0]) || !PyTuple_CheckExact(args[8])) {
+    if (nargs != 9 || !PyTuple_CheckExact(args[8])) {
         PyErr_SetString(PyExc_TypeError, "thread_values(switches, begin, end, running, origin, "
                                          "starts, ends, outermost, aliases)");
         return NULL;
@@ -476,8 +485,10 @@ static PyObject *thread_values(PyObject *module, PyObject *const *args, Py_ssize
     if (overflow == 0) overflow = time_arg(args[2], &end);
     if (overflow == 0) overflow = time_arg(args[4], &origin);
     if (overflow != 0) return overflow < 0 ? NULL : Py_NewRef(Py_NotImplemented);
-    int running = PyObject_IsTrue(args[3]);
-    if (running < 0) return NULL;
+    if (!PyList_CheckExact(args[0]) || !PyBool_Check(args[3]) || !fits(begin, origin) ||
+        !fits(end, origin))
+        return Py_NewRef(Py_NotImplemented);
+    int running = args[3] == Py_True;
     Py_buffer starts_view, ends_view, outer_view;
     if (PyObject_GetBuffer(args[5], &starts_view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
     if (PyObject_GetBuffer(args[6], &ends_view, PyBUF_C_CONTIGUOUS) < 0) {
@@ -509,17 +520,17 @@ static PyObject *thread_values(PyObject *module, PyObject *const *args, Py_ssize
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *item = PyList_GET_ITEM(switches, i);
-        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2) {
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2 ||
+            !PyBool_Check(PyTuple_GET_ITEM(item, 1))) { /* records.py's (int, bool) only */
             result = Py_NewRef(Py_NotImplemented);
             goto done;
         }
         int r = time_arg(PyTuple_GET_ITEM(item, 0), &table[i].time);
-        if (r != 0) {
-            if (r > 0) result = Py_NewRef(Py_NotImplemented);
+        if (r != 0 || !fits(table[i].time, origin)) {
+            if (r >= 0) result = Py_NewRef(Py_NotImplemented);
             goto done;
         }
-        table[i].out = PyObject_IsTrue(PyTuple_GET_ITEM(item, 1));
-        if (table[i].out < 0) goto done;
+        table[i].out = PyTuple_GET_ITEM(item, 1) == Py_True;
     }
     if (on_cpu_make(table, count, begin, end, running, origin, &c) < 0) goto done;
     double low = (double)(begin - origin), high = (double)(end - origin);
@@ -549,10 +560,10 @@ static PyObject *thread_values(PyObject *module, PyObject *const *args, Py_ssize
             Py_ssize_t n = 0;
             const double *source = c.switched_out;
             if (kind == SPARSE) {
-                if (!PyList_CheckExact(samples)) {
+                if (!PyList_CheckExact(samples)) { /* records.py's list only */
                     Py_DECREF(values);
-                    PyErr_SetString(PyExc_ValueError, "thread_values: sparse times not a list");
-                    goto fail;
+                    Py_SETREF(result, Py_NewRef(Py_NotImplemented));
+                    goto done;
                 }
                 n = PyList_GET_SIZE(samples);
             } else {
@@ -569,9 +580,9 @@ static PyObject *thread_values(PyObject *module, PyObject *const *args, Py_ssize
                 if (kind == SPARSE) {
                     int64_t moment;
                     int r = time_arg(PyList_GET_ITEM(samples, i), &moment);
-                    if (r != 0) {
+                    if (r != 0 || !fits(moment, origin)) {
                         Py_DECREF(values);
-                        if (r > 0) {
+                        if (r >= 0) {
                             Py_SETREF(result, Py_NewRef(Py_NotImplemented));
                             goto done;
                         }
