@@ -86,30 +86,41 @@ static int parse_window(PyObject *const *args, Py_ssize_t nargs, Py_buffer *view
     return PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE);
 }
 
+/* The records a window (data, since, until) keeps: 0 with ``view`` held and ``keep`` (to
+ * free) and ``reached`` set; 1: a time past int64 or records not all plain (Python's);
+ * -1: an error. Neither holds anything. */
+static int selected(PyObject *const *args, Py_ssize_t nargs, Py_buffer *view, Py_ssize_t *count,
+                    char **keep, int *reached) {
+    int64_t since, until;
+    int status = parse_window(args, nargs, view, &since, &until);
+    if (status != 0) return status;
+    *count = view->len / RECORD;
+    if (!plain(view->buf, *count)) {
+        PyBuffer_Release(view);
+        return 1;
+    }
+    *keep = PyMem_Malloc(*count > 0 ? (size_t)*count : 1);
+    if (*keep == NULL) {
+        PyBuffer_Release(view);
+        PyErr_NoMemory();
+        return -1;
+    }
+    select_window(view->buf, *count, since, until, *keep, reached);
+    return 0;
+}
+
 /* recent_records(data, since, until) -> (switches, events, reached) | NotImplemented:
  * parse_recent's usual case. switches: (time, switched out) in ring order; events: sample
  * times by event id (ids ascending, times in ring order). */
 static PyObject *recent_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     Py_buffer view;
-    int64_t since, until;
-    int window = parse_window(args, nargs, &view, &since, &until);
-    if (window != 0) return window < 0 ? NULL : Py_NewRef(Py_NotImplemented);
+    Py_ssize_t count;
+    char *keep;
+    int reached, status = selected(args, nargs, &view, &count, &keep, &reached);
+    if (status != 0) return status < 0 ? NULL : Py_NewRef(Py_NotImplemented);
     const char *data = view.buf;
-    Py_ssize_t count = view.len / RECORD;
     PyObject *result = NULL, *switches = NULL, *events = NULL, *ids = NULL;
-    char *keep = NULL;
-    if (!plain(data, count)) {
-        result = Py_NewRef(Py_NotImplemented);
-        goto done;
-    }
-    keep = PyMem_Malloc(count > 0 ? (size_t)count : 1);
-    if (keep == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    int reached;
-    select_window(data, count, since, until, keep, &reached);
     switches = PyList_New(0);
     events = PyDict_New();
     ids = PyList_New(0); /* each sample id once, in order of first sight */
@@ -181,24 +192,12 @@ done:
 static PyObject *trimmed_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     Py_buffer view;
-    int64_t since, until;
-    int window = parse_window(args, nargs, &view, &since, &until);
-    if (window != 0) return window < 0 ? NULL : Py_NewRef(Py_NotImplemented);
+    Py_ssize_t count, kept = 0;
+    char *keep;
+    int reached, status = selected(args, nargs, &view, &count, &keep, &reached);
+    if (status != 0) return status < 0 ? NULL : Py_NewRef(Py_NotImplemented);
     const char *data = view.buf;
-    Py_ssize_t count = view.len / RECORD, kept = 0;
     PyObject *result = NULL, *bytes = NULL;
-    char *keep = NULL;
-    if (!plain(data, count)) {
-        result = Py_NewRef(Py_NotImplemented);
-        goto done;
-    }
-    keep = PyMem_Malloc(count > 0 ? (size_t)count : 1);
-    if (keep == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    int reached;
-    select_window(data, count, since, until, keep, &reached);
     for (Py_ssize_t i = 0; i < count; i++) kept += keep[i];
     bytes = PyBytes_FromStringAndSize(NULL, kept * RECORD);
     if (bytes == NULL) goto done;
