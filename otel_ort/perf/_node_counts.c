@@ -251,6 +251,21 @@ static PyObject *reaches_back(PyObject *module, PyObject *const *args, Py_ssize_
     return result;
 }
 
+/* Take the C-contiguous buffers of ``objects``: all or none (-1, an error set). */
+static int take_buffers(PyObject *const *objects, Py_buffer *views, int n) {
+    for (int i = 0; i < n; i++) {
+        if (PyObject_GetBuffer(objects[i], &views[i], PyBUF_C_CONTIGUOUS) < 0) {
+            while (i-- > 0) PyBuffer_Release(&views[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void release_buffers(Py_buffer *views, int n) {
+    for (int i = 0; i < n; i++) PyBuffer_Release(&views[i]);
+}
+
 /* node_dicts(value_keys, split_keys, ids_key, tids, ints, on_cpu, uncounted) -> list:
  * _from_columns's dicts. ints: int64, rows = the totals per alias, then each thread's values
  * alias by alias, one column per node; on_cpu: bool, a row per thread (set only where two or
@@ -270,17 +285,9 @@ static PyObject *node_dicts(PyObject *module, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_ValueError, "node_dicts: a split key per value key, one at least");
         return NULL;
     }
-    Py_buffer ints, on_cpu, uncounted;
-    if (PyObject_GetBuffer(args[4], &ints, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    if (PyObject_GetBuffer(args[5], &on_cpu, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&ints);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[6], &uncounted, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&ints);
-        PyBuffer_Release(&on_cpu);
-        return NULL;
-    }
+    Py_buffer views[3]; /* ints, on_cpu, uncounted */
+    if (take_buffers(args + 4, views, 3) < 0) return NULL;
+    Py_buffer ints = views[0], on_cpu = views[1], uncounted = views[2];
     PyObject *out = NULL;
     Py_ssize_t nodes = uncounted.len, rows = width * (1 + threads);
     if (ints.itemsize != 8 || on_cpu.itemsize != 1 || uncounted.itemsize != 1 ||
@@ -339,9 +346,7 @@ static PyObject *node_dicts(PyObject *module, PyObject *const *args, Py_ssize_t 
 fail:
     Py_CLEAR(out);
 done:
-    PyBuffer_Release(&ints);
-    PyBuffer_Release(&on_cpu);
-    PyBuffer_Release(&uncounted);
+    release_buffers(views, 3);
     return out;
 }
 
@@ -488,17 +493,9 @@ static PyObject *thread_values(PyObject *module, PyObject *const *args, Py_ssize
         !fits(end, origin))
         return Py_NewRef(Py_NotImplemented);
     int running = args[3] == Py_True;
-    Py_buffer starts_view, ends_view, outer_view;
-    if (PyObject_GetBuffer(args[5], &starts_view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    if (PyObject_GetBuffer(args[6], &ends_view, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&starts_view);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[7], &outer_view, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&starts_view);
-        PyBuffer_Release(&ends_view);
-        return NULL;
-    }
+    Py_buffer views[3]; /* starts, ends, outermost */
+    if (take_buffers(args + 5, views, 3) < 0) return NULL;
+    Py_buffer starts_view = views[0], ends_view = views[1], outer_view = views[2];
     PyObject *result = NULL, *switches = args[0], *aliases = args[8];
     Py_ssize_t count = PyList_GET_SIZE(switches), nodes = outer_view.len;
     Switch *table = NULL;
@@ -612,9 +609,7 @@ done:
     on_cpu_free(&c);
     PyMem_Free(table);
     PyMem_Free(times);
-    PyBuffer_Release(&starts_view);
-    PyBuffer_Release(&ends_view);
-    PyBuffer_Release(&outer_view);
+    release_buffers(views, 3);
     return result;
 }
 
@@ -636,7 +631,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "otel_ort.perf._node_counts",
-    "A counted run's records to node counts, the usual case in C (see records.py, report.py).",
+    "A counted run's records to node counts, the usual case in C (see records.py, "
+    "attribution.py, report.py).",
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
