@@ -15,9 +15,12 @@ the same seconds with ``wrk -t2 -c8`` (8 connections: the one worker is saturate
 ``rate:2/s`` figures are taken as ratios to the ``never`` ones of the same repetition, and the
 median ratio is reported, with the mean and its 95 % interval. ``--instances`` starts that many
 pairs of servers, one after the other, each for ``--repetitions`` repetitions: a pair of server
-processes has a speed of its own (a few % here), which repetitions on one pair cannot average
-out, so the interval is taken over the pairs (none with one pair). Targets: requests/s at most
-5 % lower, p99 at most 15 % higher.
+processes has a speed of its own, which repetitions on one pair cannot average out, so the
+interval is taken over the pairs (none with one pair). The two servers of a pair share one
+``PYTHONHASHSEED``, a new one per pair: with a seed each, two servers that did the same work
+differed by 6.5 % (the standard deviation over pairs), with one seed by 1.5 %. Blocks are short
+(2 s) and many (16 per pair), so that the VM's changes of speed, which last seconds, fall on
+both servers alike. Targets: requests/s at most 5 % lower, p99 at most 15 % higher.
 ``--baseline`` and ``--sampler`` compare two others: ``--sampler every:1000000000``
 profiles one run per server (its first), which prices what stays on after a session's first
 profiled run (ORT's thread-pool profiler, perf's always-counting events) apart from the
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -125,10 +129,12 @@ def start_server(
     workdir: Path,
     spinning: bool = True,
     hooked: bool = False,
+    hash_seed: str | None = None,
 ) -> Server:
     """The example on uvicorn (one worker, no access log), exporting to ``endpoint``;
     ``spinning``: ORT's threads spin-wait for work (ORT's default); ``hooked``: with
-    ``bench/leave_out`` loaded at its start (leaving out ``setup.leave_out``, if any)."""
+    ``bench/leave_out`` loaded at its start (leaving out ``setup.leave_out``, if any);
+    ``hash_seed``: its ``PYTHONHASHSEED``."""
     port = free_port()
     tag = "".join(c if c.isalnum() else "-" for c in setup.label)
     env = {
@@ -140,6 +146,8 @@ def start_server(
         "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
         "OTEL_SERVICE_NAME": f"bench-{tag}",
     }
+    if hash_seed is not None:
+        env["PYTHONHASHSEED"] = hash_seed
     if setup.perf_events is not None:
         env["OTEL_ORT_PERF_EVENTS"] = setup.perf_events
     if setup.conversion is not None:
@@ -171,6 +179,14 @@ def start_server(
             stderr=subprocess.STDOUT,
         )
     return Server(setup, port, process, log)
+
+
+def pair_hash_seed() -> str:
+    """One ``PYTHONHASHSEED`` for both servers of a pair, a new one for each pair (the
+    caller's own, when it set one). A server's speed depends on its hash seed by several %
+    here (string and dict layouts); two servers with their own seeds would differ by that
+    much whatever they do."""
+    return os.environ.get("PYTHONHASHSEED") or str(random.randrange(1, 2**32))
 
 
 def wait_ready(server: Server, body: bytes, timeout: float = 120.0) -> None:
@@ -252,14 +268,20 @@ def measure(
             started = setups if instance % 2 == 0 else setups[::-1]  # who starts first, too
             folder = workdir / f"pair-{instance + 1}"  # its own kept files and logs
             folder.mkdir()
+            seed = pair_hash_seed()
             servers: dict[Setup, Server] = {}
             try:
                 for setup, endpoint in zip(started, sink.endpoints, strict=True):
-                    servers[setup] = start_server(setup, model, endpoint, folder, spinning, hooked)
+                    servers[setup] = start_server(
+                        setup, model, endpoint, folder, spinning, hooked, seed
+                    )
                 for server in servers.values():
                     wait_ready(server, body.read_bytes())
                     label = server.setup.label
-                    _progress(f"  {served.key}: {label} ready; warming up {warmup:.0f} s")
+                    _progress(
+                        f"  {served.key}: {label} ready (hash seed {seed}); "
+                        f"warming up {warmup:.0f} s"
+                    )
                     run_wrk(server.url, script, warmup, WRK_THREADS, CONNECTIONS)
                 for repetition in range(repetitions):
                     turn = instance * repetitions + repetition
@@ -338,12 +360,12 @@ def _progress(line: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--quick", action="store_true", help="one pair of servers, 3 repetitions of 5 s"
+        "--quick", action="store_true", help="one pair of servers, 8 repetitions of 2 s"
     )
     parser.add_argument(
-        "--repetitions", type=int, default=None, help="per pair of servers; default 4"
+        "--repetitions", type=int, default=None, help="per pair of servers; default 16"
     )
-    parser.add_argument("--seconds", type=float, default=None, help="per block; default 8")
+    parser.add_argument("--seconds", type=float, default=None, help="per block; default 2")
     parser.add_argument(
         "--no-spinning",
         action="store_true",
@@ -378,8 +400,8 @@ def main() -> None:
     )
     add_model_options(parser, SERVED_MODELS)
     args = parser.parse_args()
-    repetitions = args.repetitions or (3 if args.quick else 4)
-    seconds = args.seconds or (5.0 if args.quick else 8.0)
+    repetitions = args.repetitions or (8 if args.quick else 16)
+    seconds = args.seconds or 2.0
     args.instances = args.instances or (1 if args.quick else 3)
     keys = chosen_models(parser, args.models, SERVED_MODELS)
     if repetitions < 1 or seconds < 1 or args.instances < 1:

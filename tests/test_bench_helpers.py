@@ -23,7 +23,13 @@ import pytest
 import otel_ort
 from bench.leave_out import FOLDER, PARTS
 from bench.otlp_sink import SinkProcess
-from bench.service_load import Setup, chosen_setups, mean_interval, paired_ratios
+from bench.service_load import (
+    Setup,
+    chosen_setups,
+    mean_interval,
+    pair_hash_seed,
+    paired_ratios,
+)
 from bench.service_models import SERVED_MODELS, flat_model, request_body
 from bench.stage_timers import Hook, StageTimers
 from bench.wheel_models import fetch
@@ -90,6 +96,19 @@ def test_the_load_bench_compares_two_valid_different_setups(
         with pytest.raises(SystemExit):
             chosen_setups(parser, baseline, compared)
         assert said in capsys.readouterr().err
+
+
+def test_each_pair_of_servers_gets_a_new_hash_seed_unless_the_caller_set_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both servers of a pair run with the seed ``pair_hash_seed`` gives (one call per
+    pair): a valid ``PYTHONHASHSEED``, a new one per pair; the caller's own when it set one."""
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    seeds = {pair_hash_seed() for _ in range(20)}
+    assert len(seeds) > 1
+    assert all(1 <= int(seed) <= 2**32 - 1 for seed in seeds)
+    monkeypatch.setenv("PYTHONHASHSEED", "7")
+    assert pair_hash_seed() == "7"
 
 
 def test_the_load_bench_gives_the_mean_an_interval_over_its_pairs_of_servers() -> None:
@@ -170,6 +189,7 @@ def perf_counts_here() -> bool:
     [
         ("nothing", True, True, 1),
         ("conversion", False, False, 0),
+        ("ort-profiling", False, False, 0),
         ("delivery", False, False, 1),
         ("kept-file", True, True, 0),
         ("perf-work", True, False, 1),
@@ -192,7 +212,8 @@ def test_a_bench_server_leaves_out_the_part_it_is_told_to(
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.splitlines()[-1])
     assert (got["runs"], bool(got["nodes"]), got["kept"]) == (1, nodes, kept)
-    assert got["in_process"] is (conversion == "process" and part != "conversion")
+    converted = part not in ("conversion", "ort-profiling")
+    assert got["in_process"] is (conversion == "process" and converted)
     if perf_counts_here():  # else no node is counted either way
         assert bool(got["counted"]) is counted
     else:
@@ -212,7 +233,7 @@ def test_a_bench_server_that_cannot_leave_its_part_out_ends_saying_why() -> None
     )
     assert done.returncode == 2 and "served" not in done.stdout
     assert "unknown part 'spans'" in done.stderr
-    assert set(PARTS) == {"conversion", "delivery", "kept-file", "perf-work"}
+    assert set(PARTS) == {"conversion", "delivery", "kept-file", "ort-profiling", "perf-work"}
 
 
 class Worked:

@@ -20,7 +20,6 @@ import pytest
 
 from otel_ort.profiles import chrome
 from otel_ort.profiles.reader import read_profile
-from otel_ort.profiling import worker as worker_module
 from otel_ort.profiling.store import ProfileDirError, ProfileStore, prepare_dir
 from otel_ort.profiling.worker import Worker
 from tests.helpers.profiles import model_run, node_event
@@ -335,24 +334,31 @@ def test_worker_runs_jobs_in_order_drains_and_stops() -> None:
     assert "test-worker" not in {t.name for t in threading.enumerate()}
 
 
-def test_a_busy_worker_finds_jobs_by_itself_and_a_sleeping_one_is_woken(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """While jobs keep coming, ``submit`` does not wake the thread (its caller would pay a
-    context switch): the thread looks at the queue by itself. Once idle past ``ACTIVE_S`` it
-    sleeps, and ``submit`` wakes it."""
-    monkeypatch.setattr(worker_module, "ACTIVE_S", 0.3)
+def test_an_idle_worker_sleeps_until_a_job_wakes_it() -> None:
+    """Between jobs the thread waits for ``submit`` and never looks at the queue by itself:
+    each look would take the GIL from the service's threads. A job submitted to it starts
+    at once, however long it slept."""
     worker = Worker("test-worker", max_pending=10)
     done = threading.Event()
-    assert worker.submit(lambda: None)  # starts the thread: it is active
+    assert worker.submit(done.set) and done.wait(timeout=5)  # starts the thread
     assert worker.drain(timeout=10)
-    assert worker.submit(done.set) and done.wait(timeout=5)
-    assert not worker._asleep
-    time.sleep(0.6)  # idle past ACTIVE_S
-    assert worker._asleep
+    thread = next(t for t in threading.enumerate() if t.name == "test-worker")
+    assert thread.native_id is not None
+    switches = _voluntary_switches(thread.native_id)
+    time.sleep(0.5)
+    assert _voluntary_switches(thread.native_id) == switches  # asleep: never woke
     done.clear()
+    submitted = time.monotonic()
     assert worker.submit(done.set) and done.wait(timeout=5)
+    assert time.monotonic() - submitted < 1.0
     assert worker.stop(timeout=10)
+
+
+def _voluntary_switches(native_id: int) -> int:
+    """How often thread ``native_id`` of this process has gone to sleep so far."""
+    with open(f"/proc/self/task/{native_id}/status") as status:
+        line = next(line for line in status if line.startswith("voluntary_ctxt_switches:"))
+    return int(line.split()[1])
 
 
 def test_threads_draining_while_holding_places_do_not_wait_for_each_other() -> None:

@@ -17,7 +17,7 @@ import traceback
 from typing import Any
 
 
-def _replace(owner: type, name: str, replacement: Any) -> None:
+def _replace(owner: Any, name: str, replacement: Any) -> None:
     """``owner.name`` becomes ``replacement``; an ``AttributeError`` if there is none to
     replace (renamed in otel-ort: this hook needs updating)."""
     getattr(owner, name)
@@ -27,7 +27,8 @@ def _replace(owner: type, name: str, replacement: Any) -> None:
 def _leave_out(part: str) -> None:
     from otel_ort.export.delivery import SpanDelivery
     from otel_ort.perf.counting import RawRun
-    from otel_ort.profiling import conversion
+    from otel_ort.profiling import conversion, prerequisites
+    from otel_ort.profiling.run_options import Unrecognized, run_profiling_switch
     from otel_ort.profiling.store import remove_files
 
     def convert(self: Any, store: Any, span: Any, end_ns: int, run: Any, *_: Any) -> None:
@@ -37,12 +38,28 @@ def _leave_out(part: str) -> None:
         remove_files(store.written(run.files))
         conversion.end_span(span, end_ns, "")
 
-    replacements: dict[str, list[tuple[type, str, Any]]] = {
+    class NotSwitched:
+        """A switch that leaves a run's options as they are (ORT does not profile it)."""
+
+        def enable(self, options: Any, prefix: str) -> None:
+            pass
+
+    def unswitched() -> Any:
+        """The process's switch, found as otel-ort finds it (the probe's run proves it), but
+        switching nothing on."""
+        found = run_profiling_switch()
+        return found if isinstance(found, Unrecognized) else NotSwitched()
+
+    replacements: dict[str, list[tuple[Any, str, Any]]] = {
         "nothing": [],
         "conversion": [(conversion.Converter, "convert", convert)],
         "delivery": [
             (SpanDelivery, "deliver_drafts", lambda self, drafts: 0),
             (SpanDelivery, "deliver_encoded", lambda self, *args: 0),
+        ],
+        "ort-profiling": [
+            (conversion.Converter, "convert", convert),
+            (prerequisites, "run_profiling_switch", unswitched),
         ],
         "kept-file": [(conversion.Converter, "_publish", lambda self, *args: None)],
         "perf-work": [(conversion.Converter, "_perf_counts", lambda self, *args: None)],

@@ -12,10 +12,9 @@ while it stops, and at exit, a place left by a run a ``KeyboardInterrupt`` ended
 the main thread's). The thread starts on the first job and is a daemon, so a process that
 never calls ``stop`` can still exit (``atexit`` handlers drain first).
 
-Waking a sleeping thread costs the thread that wakes it a context switch, tens of
-microseconds on a VM: a profiled run's caller would pay it on every hand-off. So while jobs
-keep coming (within ``ACTIVE_S`` of the last one) the thread looks at the queue every
-``POLL_S`` by itself, and ``submit`` wakes it only once it has gone to sleep.
+The thread sleeps until ``submit`` wakes it. It never looks at the queue by itself: in a
+service whose threads share the GIL, each such look takes the GIL from a thread that was
+using it (see ``docs/decisions.md``).
 
 After ``os.fork()`` the child must not inherit the parent's queue (its jobs belong to the
 parent) nor its thread (gone in the child): ``reset_after_fork`` starts afresh.
@@ -34,10 +33,6 @@ from otel_ort.failures import report_failure
 Job = Callable[[], object]
 
 DEFAULT_MAX_PENDING = 256
-ACTIVE_S = 10.0
-"""How long after its last job the thread keeps looking at the queue by itself."""
-POLL_S = 0.02
-"""How often it looks meanwhile: a hand-off waits that long at most before its job starts."""
 
 
 class Worker:
@@ -60,8 +55,6 @@ class Worker:
         self._stopping = False
         self._stopper: int | None = None  # ident of the thread in stop()
         self._thread: threading.Thread | None = None
-        self._asleep = False
-        """The thread waits for a notification (it has been idle over ``ACTIVE_S``)."""
 
     def reserve(self) -> bool:
         """Promise a place in the queue to a job submitted later with ``reserved=True``;
@@ -111,8 +104,7 @@ class Worker:
                 self._condition.notify_all()  # a reserved place was given back: drains end
                 return False
             self._jobs.append(job)
-            if self._asleep:
-                self._condition.notify_all()
+            self._condition.notify_all()
             return True
 
     def _start(self) -> bool:
@@ -178,24 +170,17 @@ class Worker:
         self._fresh_state()
 
     def _loop(self) -> None:
-        last_job = time.monotonic()
         while True:
             with self._condition:
                 self._busy = False
                 self._condition.notify_all()
                 while not (self._jobs or (self._stopping and not self._promised)):
-                    if time.monotonic() - last_job < ACTIVE_S:
-                        self._condition.wait(POLL_S)
-                    else:
-                        self._asleep = True
-                        self._condition.wait()
-                        self._asleep = False
+                    self._condition.wait()
                 if not self._jobs:  # stopping, and nothing left or promised
                     self._thread = None
                     return
                 job = self._jobs.popleft()
                 self._busy = True
-                last_job = time.monotonic()
             try:
                 job()
             except BaseException:  # SystemExit from a span processor, say: the thread goes on
