@@ -28,7 +28,8 @@ profiled runs themselves. ``--baseline-perf-events`` and ``--perf-events`` set o
 ``OTEL_ORT_PERF_EVENTS`` (unset: otel-ort's default events), so that one sampler can be compared
 with perf off and on (``--baseline rate:2/s --baseline-perf-events off``). ``--leave-out``
 prices one part of a profiled run's work: the compared server leaves it out
-(``bench/leave_out``: ``conversion``, ``delivery``, ``kept-file``, ``perf-work``), e.g.
+(``bench/leave_out``: ``conversion``, ``delivery``, ``kept-file``, ``ort-profiling``,
+``perf-work``), e.g.
 ``--baseline rate:2/s --leave-out conversion``; both servers then import otel-ort at their
 start, as the one that leaves a part out must. ``--baseline-conversion`` and ``--conversion``
 set one server's ``OTEL_ORT_PROFILE_CONVERSION``, so that the conversion process can be
@@ -183,10 +184,11 @@ def start_server(
 
 def pair_hash_seed() -> str:
     """One ``PYTHONHASHSEED`` for both servers of a pair, a new one for each pair (the
-    caller's own, when it set one). A server's speed depends on its hash seed by several %
-    here (string and dict layouts); two servers with their own seeds would differ by that
-    much whatever they do."""
-    return os.environ.get("PYTHONHASHSEED") or str(random.randrange(1, 2**32))
+    caller's own, when it set one other than ``random``). A server's speed depends on its
+    hash seed by several % here (string and dict layouts); two servers with their own seeds
+    would differ by that much whatever they do."""
+    own = os.environ.get("PYTHONHASHSEED", "random")
+    return str(random.randrange(1, 2**32)) if own in ("", "random") else own
 
 
 def wait_ready(server: Server, body: bytes, timeout: float = 120.0) -> None:
@@ -363,7 +365,10 @@ def main() -> None:
         "--quick", action="store_true", help="one pair of servers, 8 repetitions of 2 s"
     )
     parser.add_argument(
-        "--repetitions", type=int, default=None, help="per pair of servers; default 16"
+        "--repetitions",
+        type=int,
+        default=None,
+        help="per pair of servers; default 16 (8 with --quick)",
     )
     parser.add_argument("--seconds", type=float, default=None, help="per block; default 2")
     parser.add_argument(

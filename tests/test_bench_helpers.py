@@ -101,14 +101,17 @@ def test_the_load_bench_compares_two_valid_different_setups(
 def test_each_pair_of_servers_gets_a_new_hash_seed_unless_the_caller_set_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Both servers of a pair run with the seed ``pair_hash_seed`` gives (one call per
-    pair): a valid ``PYTHONHASHSEED``, a new one per pair; the caller's own when it set one."""
+    """``pair_hash_seed`` (called once per pair of servers, for both): a valid
+    ``PYTHONHASHSEED``, a new one each call; the caller's own when it set one, unless that
+    is ``random``."""
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)
     seeds = {pair_hash_seed() for _ in range(20)}
     assert len(seeds) > 1
     assert all(1 <= int(seed) <= 2**32 - 1 for seed in seeds)
     monkeypatch.setenv("PYTHONHASHSEED", "7")
     assert pair_hash_seed() == "7"
+    monkeypatch.setenv("PYTHONHASHSEED", "random")
+    assert pair_hash_seed() != "random"
 
 
 def test_the_load_bench_gives_the_mean_an_interval_over_its_pairs_of_servers() -> None:
@@ -134,8 +137,15 @@ from otel_ort.demo_model import mlp_model
 from otel_ort.export.otlp_encoding import JsonSpans
 from otel_ort.export.otlp_json_file import OtlpJsonFileSpanExporter
 from otel_ort.export.profile_export import ProfileExportProcessor
+from otel_ort.profiling import conversion as converter_module
 from otel_ort.sampling import Always
 folder, conversion = sys.argv[1], sys.argv[2]
+ort_files = []  # per profiled run: whether ORT wrote its file (seen before the conversion)
+convert = converter_module.Converter.convert  # the hook's, if it replaced it
+def convert_seeing_ort_file(self, store, span, end_ns, run, *rest):
+    ort_files.append(bool(store.written(run.files)))
+    return convert(self, store, span, end_ns, run, *rest)
+converter_module.Converter.convert = convert_seeing_ort_file
 exporter = InMemorySpanExporter()
 provider = TracerProvider()
 memory = SimpleSpanProcessor(exporter)
@@ -168,6 +178,7 @@ counted = [keys for keys in nodes if any(key.startswith("perf.") for key in keys
 kept = [name for name in os.listdir(folder) if name.endswith(".json.gz")]
 print(json.dumps({"runs": [span.name for span in spans].count("onnxruntime.run"),
                   "nodes": len(nodes), "counted": len(counted), "kept": len(kept),
+                  "ort_files": ort_files,
                   "in_process": process is not None and process.conversions > 0}))
 """
 
@@ -212,6 +223,7 @@ def test_a_bench_server_leaves_out_the_part_it_is_told_to(
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.splitlines()[-1])
     assert (got["runs"], bool(got["nodes"]), got["kept"]) == (1, nodes, kept)
+    assert got["ort_files"] == [part != "ort-profiling"]  # ORT profiled the run, or not
     converted = part not in ("conversion", "ort-profiling")
     assert got["in_process"] is (conversion == "process" and converted)
     if perf_counts_here():  # else no node is counted either way

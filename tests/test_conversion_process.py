@@ -4,6 +4,7 @@ process that dies, cannot start or is forked away from is replaced or given up, 
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import logging
@@ -423,6 +424,24 @@ def test_the_process_reuses_its_memory_unless_the_user_tuned_malloc(
     assert {name: environment[name] for name in malloc if name in environment} == expected
     assert environment["OPENBLAS_NUM_THREADS"] == "1"
     assert os.environ["OPENBLAS_NUM_THREADS"] == "8"  # this process's own: untouched
+
+
+def test_a_run_and_its_answer_each_pass_the_pipes_in_one_piece(
+    tmp_path: Path, mlp_path: Path
+) -> None:
+    """Both pipes hold a megabyte (64 KiB by default): a run's job and answer pass in one
+    write, so the worker, waiting for the answer, wakes once rather than once per 64 KiB."""
+    limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+    if limit < conversion_process.PIPE_BYTES and os.geteuid() != 0:
+        pytest.skip(f"this machine's pipe-max-size ({limit}) is under a megabyte")
+    with instrumentation(profile_sampler="always", profile_dir=str(tmp_path), perf_events="off"):
+        _, process, _ = _one_run_in_the_process(mlp_path)
+        child = process._child
+        assert child is not None and child.stdin is not None and child.stdout is not None
+        sizes = [
+            fcntl.fcntl(pipe.fileno(), fcntl.F_GETPIPE_SZ) for pipe in (child.stdin, child.stdout)
+        ]
+    assert sizes == [conversion_process.PIPE_BYTES] * 2
 
 
 def test_frames_go_both_ways_and_say_what_went_wrong() -> None:

@@ -340,18 +340,26 @@ def test_an_idle_worker_sleeps_until_a_job_wakes_it() -> None:
     at once, however long it slept."""
     worker = Worker("test-worker", max_pending=10)
     done = threading.Event()
-    assert worker.submit(done.set) and done.wait(timeout=5)  # starts the thread
-    assert worker.drain(timeout=10)
-    thread = next(t for t in threading.enumerate() if t.name == "test-worker")
-    assert thread.native_id is not None
-    switches = _voluntary_switches(thread.native_id)
-    time.sleep(0.5)
-    assert _voluntary_switches(thread.native_id) == switches  # asleep: never woke
-    done.clear()
-    submitted = time.monotonic()
-    assert worker.submit(done.set) and done.wait(timeout=5)
-    assert time.monotonic() - submitted < 1.0
-    assert worker.stop(timeout=10)
+    try:
+        assert worker.submit(done.set) and done.wait(timeout=5)  # starts the thread
+        assert worker.drain(timeout=10)
+        thread = worker._thread
+        assert thread is not None and thread.native_id is not None
+        # drain() may return just before the thread blocks: wait until it has gone to sleep
+        switches = _voluntary_switches(thread.native_id)
+        for _ in range(50):
+            time.sleep(0.05)
+            settled, switches = switches, _voluntary_switches(thread.native_id)
+            if settled == switches:
+                break
+        time.sleep(0.5)
+        assert _voluntary_switches(thread.native_id) == switches  # asleep: never woke
+        done.clear()
+        submitted = time.monotonic()
+        assert worker.submit(done.set) and done.wait(timeout=5)
+        assert time.monotonic() - submitted < 1.0
+    finally:
+        assert worker.stop(timeout=10)
 
 
 def _voluntary_switches(native_id: int) -> int:

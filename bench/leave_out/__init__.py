@@ -14,9 +14,9 @@ PARTS = {
     "delivery": "handing the node and kernel spans to the span processors (so no export)",
     "kept-file": "storing the enriched Chrome JSON (and retention; its bytes are still made)",
     "ort-profiling": "ORT's own profiling of the run (its run options are not switched on, so "
-    "ORT neither profiles the run nor writes a file) and with it the whole conversion, as "
-    "``conversion`` leaves it out; the run is still selected, prepared, counted by perf and "
-    "handed to the worker",
+    "ORT neither profiles the run nor writes a file, and ORT's thread-pool profiler never "
+    "starts) and with it the whole conversion, as ``conversion`` leaves it out; the run is "
+    "still selected, prepared, counted by perf and handed to the worker",
     "perf-work": "the perf attribution (the worker's or the conversion process's), and with "
     "it the node spans' perf attributes, the kept file's counter tracks and the placing of "
     "node windows by the calling thread's switches (the counters still count)",

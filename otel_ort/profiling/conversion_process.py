@@ -19,6 +19,7 @@ why. A process forked from this one starts its own.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -46,6 +47,13 @@ READY_READ_S = 1.0
 """How long reading its first frame may take once it has begun (a stray print before it)."""
 MAX_FAILURES = 3
 """Failures in a row after which conversions stay on the worker thread."""
+
+PIPE_BYTES = 1 << 20
+"""Each pipe's capacity, where the system allows it (Linux's default limit for a user): a
+run's job and its answer (a few hundred KB for a few hundred nodes) then each pass in one
+write, and the worker, who waits for the answer with the GIL let go, wakes once for it
+rather than once per 64 KiB (the default capacity). Each wake takes the GIL back from the
+service's threads."""
 
 NICENESS = 10
 """How much lower the process's CPU priority is than this process's: under a saturated CPU
@@ -217,8 +225,13 @@ class ConversionProcess:
             return None
         self._ready = False
         self._started = time.monotonic()
-        assert self._child.stdin is not None
+        assert self._child.stdin is not None and self._child.stdout is not None
         os.set_blocking(self._child.stdin.fileno(), False)  # writes wait with a deadline
+        resize: int | None = getattr(fcntl, "F_SETPIPE_SZ", None)  # Linux's
+        if resize is not None:
+            for pipe in (self._child.stdin, self._child.stdout):
+                with contextlib.suppress(OSError):  # over the user's pipe limits: as it is
+                    fcntl.fcntl(pipe.fileno(), resize, PIPE_BYTES)
         return self._child
 
     def _readied(self, child: subprocess.Popen[bytes]) -> bool:
