@@ -17,10 +17,11 @@ median ratio is reported, with the mean and its 95 % interval. ``--instances`` s
 pairs of servers, one after the other, each for ``--repetitions`` repetitions: a pair of server
 processes has a speed of its own, which repetitions on one pair cannot average out, so the
 interval is taken over the pairs (none with one pair). The two servers of a pair share one
-``PYTHONHASHSEED``, a new one per pair: with a seed each, two servers that did the same work
-differed by 6.5 % (the standard deviation over pairs), with one seed by 1.5 %. Blocks are short
-(2 s) and many (16 per pair), so that the VM's changes of speed, which last seconds, fall on
-both servers alike. Targets: requests/s at most 5 % lower, p99 at most 15 % higher.
+``PYTHONHASHSEED``, a new one per pair unless the caller set one: with a seed each, two
+servers that did the same work differed by 6.5 % (the standard deviation over pairs), with
+one seed by 1.5 %. Blocks are short (2 s) and many (16 per pair, 8 with ``--quick``), so
+that the VM's changes of speed, which last seconds, fall on both servers alike. Targets:
+requests/s at most 5 % lower, p99 at most 15 % higher.
 ``--baseline`` and ``--sampler`` compare two others: ``--sampler every:1000000000``
 profiles one run per server (its first), which prices what stays on after a session's first
 profiled run (ORT's thread-pool profiler, perf's always-counting events) apart from the

@@ -45,8 +45,9 @@ def _leave_out(part: str) -> None:
             pass
 
     def unswitched() -> Any:
-        """The process's switch, found as otel-ort finds it (the probe's run proves it), but
-        switching nothing on."""
+        """The process's switch, found as otel-ort finds it (so that an ORT whose switch is
+        not recognised still skips its runs, as outside the bench), but switching nothing
+        on."""
         found = run_profiling_switch()
         return found if isinstance(found, Unrecognized) else NotSwitched()
 

@@ -48,12 +48,14 @@ READY_READ_S = 1.0
 MAX_FAILURES = 3
 """Failures in a row after which conversions stay on the worker thread."""
 
-PIPE_BYTES = 1 << 20
-"""Each pipe's capacity, where the system allows it (Linux's default limit for a user): a
-run's job and its answer (a few hundred KB for a few hundred nodes) then each pass in one
-write, and the worker, who waits for the answer with the GIL let go, wakes once for it
-rather than once per 64 KiB (the default capacity). Each wake takes the GIL back from the
-service's threads."""
+ANSWER_PIPE_BYTES = 512 << 10
+"""The capacity of the pipe the answers come back on, where Linux allows it (64 KiB by
+default): a run's answer (about 300 KB for 235 nodes) then comes in one write, and the
+worker, which waits for it with the GIL let go, wakes once for it rather than once per 64
+KiB. Each wake takes the GIL back from the service's threads. Linux counts a pipe's
+capacity against its user's pipe buffers (``fs.pipe-user-pages-soft``, 64 MiB by
+default): this one pipe, 512 KiB of it, lets about a hundred instrumented processes of one
+user stay under that."""
 
 NICENESS = 10
 """How much lower the process's CPU priority is than this process's: under a saturated CPU
@@ -229,9 +231,8 @@ class ConversionProcess:
         os.set_blocking(self._child.stdin.fileno(), False)  # writes wait with a deadline
         resize: int | None = getattr(fcntl, "F_SETPIPE_SZ", None)  # Linux's
         if resize is not None:
-            for pipe in (self._child.stdin, self._child.stdout):
-                with contextlib.suppress(OSError):  # over the user's pipe limits: as it is
-                    fcntl.fcntl(pipe.fileno(), resize, PIPE_BYTES)
+            with contextlib.suppress(OSError):  # over the user's pipe limits: as it is
+                fcntl.fcntl(self._child.stdout.fileno(), resize, ANSWER_PIPE_BYTES)
         return self._child
 
     def _readied(self, child: subprocess.Popen[bytes]) -> bool:

@@ -12,7 +12,7 @@ while it stops, and at exit, a place left by a run a ``KeyboardInterrupt`` ended
 the main thread's). The thread starts on the first job and is a daemon, so a process that
 never calls ``stop`` can still exit (``atexit`` handlers drain first).
 
-Between jobs the thread sleeps until a job, ``stop`` or a released place wakes it. It never
+Between jobs the thread sleeps until a job, ``stop``, a drain or a released place wakes it. It never
 looks at the queue by itself: in a service whose threads share the GIL, each such look takes
 the GIL from a thread that was using it (see ``docs/decisions.md``). ``submit`` wakes it only
 while it sleeps, not while it runs a job.
@@ -148,6 +148,7 @@ class Worker:
             self._stopper = threading.get_ident()
             self._condition.notify_all()
             if self._thread is None:  # a job for a reserved place may yet start it
+                # (the started thread's loop notifies first thing: this wait then ends)
                 self._condition.wait_for(
                     lambda: self._thread is not None or not self._promised, timeout
                 )
