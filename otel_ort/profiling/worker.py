@@ -12,10 +12,10 @@ while it stops, and at exit, a place left by a run a ``KeyboardInterrupt`` ended
 the main thread's). The thread starts on the first job and is a daemon, so a process that
 never calls ``stop`` can still exit (``atexit`` handlers drain first).
 
-Between jobs the thread sleeps until a job, ``stop``, a drain or a released place wakes it. It never
-looks at the queue by itself: in a service whose threads share the GIL, each such look takes
-the GIL from a thread that was using it (see ``docs/decisions.md``). ``submit`` wakes it only
-while it sleeps, not while it runs a job.
+Between jobs the thread sleeps until a job, ``stop``, a drain or a released place wakes it.
+It never looks at the queue by itself: in a service whose threads share the GIL, each such
+look takes the GIL from a thread that was using it (see ``docs/decisions.md``). ``submit``
+wakes it only while it runs no job.
 
 After ``os.fork()`` the child must not inherit the parent's queue (its jobs belong to the
 parent) nor its thread (gone in the child): ``reset_after_fork`` starts afresh.
@@ -56,8 +56,6 @@ class Worker:
         self._stopping = False
         self._stopper: int | None = None  # ident of the thread in stop()
         self._thread: threading.Thread | None = None
-        self._sleeping = False
-        """The thread waits for a notification (it has no job)."""
 
     def reserve(self) -> bool:
         """Promise a place in the queue to a job submitted later with ``reserved=True``;
@@ -107,7 +105,7 @@ class Worker:
                 self._condition.notify_all()  # a reserved place was given back: drains end
                 return False
             self._jobs.append(job)
-            if self._sleeping:
+            if not self._busy:  # it sleeps, or is about to look at the queue
                 self._condition.notify_all()
             return True
 
@@ -180,9 +178,7 @@ class Worker:
                 self._busy = False
                 self._condition.notify_all()
                 while not (self._jobs or (self._stopping and not self._promised)):
-                    self._sleeping = True
                     self._condition.wait()
-                    self._sleeping = False
                 if not self._jobs:  # stopping, and nothing left or promised
                     self._thread = None
                     return
