@@ -77,7 +77,8 @@ HOOKS = (
     ),
     Hook("hand spans over", "otel_ort.export.delivery", "SpanDelivery.deliver_drafts"),
     Hook("hand spans over", "otel_ort.export.delivery", "SpanDelivery.deliver_encoded"),
-    Hook("keep file", "otel_ort.profiling.conversion", "store_kept"),
+    Hook("keep file", "otel_ort.profiling.conversion_job", "publish_kept"),
+    Hook("keep file", "otel_ort.profiling.store", "ProfileStore.retain"),
 )
 EXPORTS = (
     Hook(

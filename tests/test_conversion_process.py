@@ -470,9 +470,15 @@ def test_frames_go_both_ways_and_say_what_went_wrong() -> None:
     os.close(read_end)
 
 
-def _job(path: Path, layout: SpanLayout, encodings: tuple[str, ...] | None) -> ConversionJob:
+def _job(
+    path: Path, layout: SpanLayout, encodings: tuple[str, ...] | None, kept: Path | None = None
+) -> ConversionJob:
     spans = SpanJob(0x1234, 0x99, layout, encodings)
-    return ConversionJob(str(path), 1_000_000_000, None, spans, {"model": "m"}, (7, "main"), 42)
+    kept_path = str(kept or path.with_name(f"{path.stem}-kept.json.gz"))
+    other_data = {"model": "m"}
+    return ConversionJob(
+        str(path), 1_000_000_000, None, spans, other_data, (7, "main"), 42, kept_path
+    )
 
 
 def test_a_frame_longer_than_its_first_buffer_is_read_whole_and_a_wild_length_is_not_allocated(
@@ -506,17 +512,21 @@ def test_a_job_gives_in_the_process_what_it_gives_here(tmp_path: Path) -> None:
     layout = SpanLayout(None, None, 4_000_000)
     process = ConversionProcess()
     assert process.start()
+    kept_there, kept_here = tmp_path / "there.json.gz", tmp_path / "here.json.gz"
     try:
-        there = process.convert(_job(path, layout, ("protobuf", "json")))
+        there = process.convert(_job(path, layout, ("protobuf", "json"), kept_there))
     finally:
         process.close()
     assert isinstance(there, Converted) and not there.problems
     builder = SpanBuilder(TracerProvider(), max_trace_bytes=layout.max_trace_bytes)
-    here = convert_job(_job(path, layout, None), builder)
+    here = convert_job(_job(path, layout, None, kept_here), builder)
     assert here.drafts is not None and len(here.drafts) == 12
     assert (there.nodes, there.summary) == (here.nodes, here.summary)
-    assert there.kept and here.kept
-    assert gzip.decompress(there.kept) == gzip.decompress(here.kept)
+    assert there.kept_size == kept_there.stat().st_size > 0  # written there, 0600
+    assert here.kept_size == kept_here.stat().st_size
+    assert kept_there.stat().st_mode & 0o777 == 0o600
+    assert gzip.decompress(kept_there.read_bytes()) == gzip.decompress(kept_here.read_bytes())
+    assert path.exists()  # ORT's file is the worker's to delete
 
     def without_ids(entry: bytes) -> Any:  # a ScopeSpans.spans entry: field 2, its length
         (span,) = ScopeSpans.FromString(entry).spans

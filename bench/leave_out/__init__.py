@@ -12,7 +12,7 @@ PARTS = {
     "(the run span still ends, the raw file is deleted; the session's node count stays at its "
     "first guess, so ORT's pool logs are cleared less often, a bias of about 0.01 % here)",
     "delivery": "handing the node and kernel spans to the span processors (so no export)",
-    "kept-file": "storing the enriched Chrome JSON (and retention; its bytes are still made)",
+    "kept-file": "writing the enriched Chrome JSON (and so retention; its bytes are still made)",
     "ort-profiling": "ORT's own profiling of the run (its run options are not switched on, so "
     "ORT neither profiles the run nor writes a file, and ORT's thread-pool profiler never "
     "starts) and with it the whole conversion, as ``conversion`` leaves it out; the run is "

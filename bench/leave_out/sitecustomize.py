@@ -12,6 +12,7 @@ silently left nothing out would make the bench compare two equal servers.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import traceback
 from typing import Any
@@ -28,7 +29,7 @@ def _leave_out(part: str) -> None:
     from otel_ort.export.delivery import SpanDelivery
     from otel_ort.instrumentation import wrappers
     from otel_ort.perf.counting import RawRun
-    from otel_ort.profiling import conversion, prerequisites
+    from otel_ort.profiling import conversion, conversion_job, conversion_process, prerequisites
     from otel_ort.profiling.run_options import Unrecognized, run_profiling_switch
     from otel_ort.profiling.store import remove_files
 
@@ -64,7 +65,10 @@ def _leave_out(part: str) -> None:
             (prerequisites, "run_profiling_switch", unswitched),
         ],
         "profiled-run": [(wrappers, "prepared", lambda *args: None)],
-        "kept-file": [(conversion.Converter, "_publish", lambda self, *args: None)],
+        "kept-file": [
+            (conversion_job, "publish_kept", lambda data, path: None),  # on the worker
+            (conversion_process, "subprocess", _HookedSubprocess()),  # and in the process
+        ],
         "perf-work": [(conversion.Converter, "_perf_counts", lambda self, *args: None)],
     }
     if part not in replacements:
@@ -73,9 +77,40 @@ def _leave_out(part: str) -> None:
         _replace(owner, name, replacement)
 
 
+_IN_CONVERSION_PROCESS = "OTEL_ORT_BENCH_IN_CONVERSION_PROCESS"
+"""Set in the environment of a conversion process that this hook follows there."""
+
+
+class _HookedSubprocess:
+    """``subprocess`` as otel-ort's conversion process module sees it: the process it starts
+    (without ``PYTHONPATH``, so without this hook) gets this hook back, marked, so that the
+    part that runs there (``kept-file``: writing the kept file) is left out there too."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(args: Any, **kwargs: Any) -> Any:
+        env = dict(kwargs.get("env") or os.environ)
+        env["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__))
+        env[_IN_CONVERSION_PROCESS] = "1"
+        return subprocess.Popen(args, **{**kwargs, "env": env})
+
+
+def _leave_out_in_conversion_process(part: str) -> None:
+    """In the conversion process: only what runs there."""
+    if part == "kept-file":
+        from otel_ort.profiling import conversion_job
+
+        _replace(conversion_job, "publish_kept", lambda data, path: None)
+
+
 if os.environ.get("OTEL_ORT_BENCH_LEAVE_OUT"):
     try:
-        _leave_out(os.environ["OTEL_ORT_BENCH_LEAVE_OUT"])
+        if os.environ.get(_IN_CONVERSION_PROCESS):
+            _leave_out_in_conversion_process(os.environ["OTEL_ORT_BENCH_LEAVE_OUT"])
+        else:
+            _leave_out(os.environ["OTEL_ORT_BENCH_LEAVE_OUT"])
     except BaseException:
         traceback.print_exc()
         sys.stderr.flush()

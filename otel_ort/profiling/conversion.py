@@ -36,7 +36,6 @@ from otel_ort.profiling.conversion_job import (
     convert_job,
 )
 from otel_ort.profiling.conversion_process import ConversionProcess, Lost
-from otel_ort.profiling.kept import store_kept
 from otel_ort.profiling.profiled_call import ProfiledRun
 from otel_ort.profiling.session_runs import SessionRuns
 from otel_ort.profiling.store import ProfileStore, remove_files
@@ -98,13 +97,14 @@ class Converter:
         problems: list[str] = []
         if isinstance(run.counters, RawRun):  # first, or the pool's next run will have to
             run.counters.settle()  # (never raises: what it cannot read becomes a problem)
+        written = store.written(run.files)  # ORT's files for the run (normally one)
         try:
-            self._keep_profile(store, span, run, session_facts, runs, problems)
+            self._keep_profile(store, span, run, written, session_facts, runs, problems)
         except Exception as exc:
             problems.append(f"keeping the profile failed: {exc!r}")
             report_failure("could not keep a profiled run's profile")
         finally:
-            remove_files(store.written(run.files))
+            remove_files(written)
             if problems:
                 self._count(semconv.PROFILE_ERROR_OUTCOME, 1)
             end_span(span, end_ns, "; ".join(problems))
@@ -119,12 +119,12 @@ class Converter:
         store: ProfileStore,
         span: Span,
         run: ProfiledRun,
+        written: list[str],
         session_facts: Any,
         runs: SessionRuns,
         problems: list[str],
     ) -> None:
         """Spans, kept file, retention; what went wrong goes to ``problems``."""
-        written = store.written(run.files)
         if not written:
             none = ProfileError(run.files.prefix, "ONNX Runtime wrote no profile file for this run")
             problems.append(str(none))
@@ -143,6 +143,7 @@ class Converter:
             _other_data(span, session_facts),
             run.thread,
             os.getpid(),
+            run.files.path,
         )
         done = self._converted(job, destination)
         if isinstance(done, Lost):
@@ -157,8 +158,8 @@ class Converter:
             runs.nodes = max(1, done.nodes)
         if done.perf_attributes and span.is_recording():
             span.set_attributes(done.perf_attributes)
-        if done.kept is not None:
-            self._publish(store, run, done.kept, problems)
+        if done.kept_size is not None:
+            self._retain(store, run, done.kept_size, problems)
         if destination is not None and done.summary:
             self._deliver(span, destination, done)
 
@@ -206,12 +207,13 @@ class Converter:
             span.set_attribute(semconv.PROFILE_SPANS_DROPPED, dropped)
             self._count("spans_dropped", dropped)
 
-    def _publish(
-        self, store: ProfileStore, run: ProfiledRun, kept: bytes, problems: list[str]
+    def _retain(
+        self, store: ProfileStore, run: ProfiledRun, size: int, problems: list[str]
     ) -> None:
-        """The kept file and retention; a failure goes to ``problems``."""
+        """Retention, with the run's kept file of ``size`` bytes counted; a failure goes to
+        ``problems``."""
         try:
-            deleted = store_kept(store, run.files, kept)
+            deleted = store.retain(run.files.path, size)
         except Exception as exc:
             problems.append(f"keeping the profile failed: {exc!r}")
             report_failure("could not keep a profiled run's profile")

@@ -1,13 +1,14 @@
 """The CPU-heavy part of converting one profiled run, as a job that runs wherever it is sent.
 
 A :class:`ConversionJob` holds plain, picklable data: where ORT's file is, when the run
-started, its settled perf records, and where its node spans go. :func:`convert_job` reads
-the file, attributes the counts, builds the node and kernel spans and writes the kept file's
-bytes, and gives back a :class:`Converted`. It runs in the conversion process
+started, its settled perf records, where its node spans go and where its kept file goes.
+:func:`convert_job` reads the file, attributes the counts, builds the node and kernel spans,
+writes the kept file, and gives back a :class:`Converted`. It runs in the conversion process
 (:mod:`otel_ort.profiling.conversion_server`), which hands the spans back encoded as OTLP,
 or on the worker thread itself, which keeps them as drafts for any span processor. It
-touches no span, tracer provider or file but ORT's, which it only reads: the worker applies
-the result (:mod:`otel_ort.profiling.conversion`).
+touches no span or tracer provider, and no file but ORT's, which it only reads, and the kept
+file, which it writes: the worker applies the result, deletes ORT's file and applies
+retention (:mod:`otel_ort.profiling.conversion`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from otel_ort.profiles.reader import ProfileError, read_profile
 from otel_ort.profiles.records import Profile
 from otel_ort.profiles.span_draft import SpanDraft
 from otel_ort.profiles.spans import DEFAULT_MAX_NODE_SPANS, SpanBuilder
-from otel_ort.profiling.kept import kept_bytes
+from otel_ort.profiling.kept import kept_bytes, publish_kept
 
 ENCODINGS: dict[str, type[ProtobufSpans] | type[JsonSpans]] = {
     "protobuf": ProtobufSpans,
@@ -76,6 +77,8 @@ class ConversionJob:
     thread: tuple[int, str]
     """The OS id and name of the thread that ran it."""
     pid: int
+    kept_path: str
+    """Where the kept file is written (its store's name for this run)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +107,9 @@ class Converted:
     """The node and kernel spans, as drafts (a job whose ``encodings`` are ``None``)."""
     encoded: dict[str, list[bytes]] = field(default_factory=dict)
     """The same spans, encoded, by encoding name (a job with ``encodings``)."""
-    kept: bytes | None = None
-    """The kept file's gzip-compressed bytes (``None``: it could not be made)."""
+    kept_size: int | None = None
+    """The bytes of the kept file written at the job's ``kept_path`` (``None``: none was
+    written)."""
     failures: list[Failure] = field(default_factory=list)
     """Failures of otel-ort's code (also in ``problems``), with their tracebacks."""
 
@@ -145,7 +149,8 @@ def convert_job(job: ConversionJob, builder: SpanBuilder | None) -> Converted:
             del drafts, node_counts
         try:
             tracks = counts.track_text() if counts is not None else None
-            done.kept = kept_bytes(profile, job.other_data, job.thread, job.pid, tracks)
+            kept = kept_bytes(profile, job.other_data, job.thread, job.pid, tracks)
+            done.kept_size = publish_kept(kept, job.kept_path)
         except Exception as exc:
             done.problems.append(f"keeping the profile failed: {exc!r}")
             done.failures.append(Failure("could not keep a profiled run's profile", format_exc()))

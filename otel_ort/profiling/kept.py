@@ -1,9 +1,9 @@
 """A profiled run's files: ORT's raw profile read, then the enriched copy published in its place.
 
 ``otel-ort profile`` reads what ORT wrote with ``read_run``, does its span work, then
-``publish_run``. The profiling engine's conversion reads the file itself and makes the
-enriched copy's bytes with ``kept_bytes`` (in the conversion process, or on the worker);
-the worker stores them with ``store_kept``.
+``publish_run``. The profiling engine's conversion reads the file itself, makes the
+enriched copy's bytes with ``kept_bytes`` and writes them with ``publish_kept`` (in the
+conversion process, or on the worker); the worker then applies retention.
 """
 
 from __future__ import annotations
@@ -74,6 +74,13 @@ def kept_bytes(
         tracks=tracks,
     )
     return _gzip_compress(data, GZIP_LEVEL, mtime=0)
+
+
+def publish_kept(data: bytes, path: str) -> int:
+    """Write a run's kept file (``kept_bytes``) at ``path``, atomically, readable by this user
+    only; its size in bytes."""
+    ProfileStore.publish(data, path)
+    return len(data)
 
 
 def store_kept(store: ProfileStore, files: RunFiles, data: bytes) -> int:

@@ -296,15 +296,16 @@ class ProfileStore:
             _remove(temporary)
             raise
 
-    def retain(self, path: str) -> int:
-        """Count the newly published ``path``; delete the oldest files over the limits and
-        return how many were deleted."""
+    def retain(self, path: str, size: int | None = None) -> int:
+        """Count the newly published ``path`` (of ``size`` bytes, looked up when not given);
+        delete the oldest files over the limits and return how many were deleted."""
         with self._lock:
             kept = self._kept
-            try:
-                size = os.stat(path).st_size
-            except FileNotFoundError:  # another process's retention was first
-                return 0
+            if size is None:
+                try:
+                    size = os.stat(path).st_size
+                except FileNotFoundError:  # another process's retention was first
+                    return 0
             kept.append((path, size))
             self._kept_bytes += size
             deleted = 0
