@@ -7,7 +7,8 @@ against processes whose session never was.
 
 After a session's first profiled run, ORT's thread-pool profiler stays on for that session:
 each later run logs its parallel sections (see docs/profiling.md). Each measurement is a
-process of its own: it instruments ORT (sampler ``never``, perf off), opens the model
+process of its own: it instruments ORT (sampler ``never``, perf off, profiles converted on
+the worker thread, so that no conversion process starts beside the timed runs), opens the model
 (the rapidocr classifier and recogniser), warms it up, profiles one run
 (``profile_next_run``) or not, then runs the session from ``--threads`` threads at once for
 about ``--seconds`` and reports the process's CPU and the wall time per run. The two kinds
@@ -56,11 +57,13 @@ def run_once(
     from bench.wheel_models import feeds
     from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run
 
+    directory = tempfile.TemporaryDirectory(prefix="otel-ort-pool-cost-")
     OrtInstrumentor().instrument(
         tracer_provider=TracerProvider(),
         profile_sampler="never",
-        profile_dir=tempfile.mkdtemp(prefix="otel-ort-pool-cost-"),
+        profile_dir=directory.name,
         perf_events="off",
+        profile_conversion="thread",  # no conversion process starting beside the timed runs
     )
     options = ort.SessionOptions()
     if not spin:
@@ -91,6 +94,8 @@ def run_once(
     wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     total = runs * threads
+    OrtInstrumentor().uninstrument()
+    directory.cleanup()
     return Sample(1e3 * cpu / total, 1e3 * wall / total)
 
 

@@ -67,6 +67,7 @@ MODELS = {"cls": OCR_MODELS[0], "rec": OCR_MODELS[1]}
 TARGET_RATIO = 3.0
 WORKER_THREAD = "otel-ort-profiler"
 REQUEST_THREAD = "bench-request"
+KEEP = "kept file (when converted here), retention"
 HOOKS = (
     Hook("perf: read counters and rings", "otel_ort.perf.counting", "RawRun.settle"),
     Hook("convert here", "otel_ort.profiling.conversion", "convert_job"),
@@ -77,8 +78,8 @@ HOOKS = (
     ),
     Hook("hand spans over", "otel_ort.export.delivery", "SpanDelivery.deliver_drafts"),
     Hook("hand spans over", "otel_ort.export.delivery", "SpanDelivery.deliver_encoded"),
-    Hook("keep file", "otel_ort.profiling.conversion_job", "publish_kept"),
-    Hook("keep file", "otel_ort.profiling.store", "ProfileStore.retain"),
+    Hook(KEEP, "otel_ort.profiling.conversion_job", "publish_kept"),
+    Hook(KEEP, "otel_ort.profiling.store", "ProfileStore.retain"),
 )
 EXPORTS = (
     Hook(

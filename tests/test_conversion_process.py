@@ -158,26 +158,34 @@ def test_the_process_gives_the_spans_and_files_the_thread_gives(
 ) -> None:
     """The same runs, converted in the process and on the worker thread: the same node
     spans (names, attributes, perf counts among them, parents) and kept files that read the
-    same. The process runs at a lower CPU priority."""
+    same, written 0600; ORT's files deleted, retention applied to the files the process
+    wrote (a limit of 3 files for 4 runs). The process runs at a lower CPU priority."""
     results = {}
     for conversion in ("process", "thread"):
         with OtlpReceiver() as receiver:
             directory = tmp_path / conversion
-            with _exported(receiver, directory, conversion, perf_events="default"):
+            options = {"perf_events": "default", "profile_max_files": 3}
+            with _exported(receiver, directory, conversion, **options):
                 session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
                 process = _started() if conversion == "process" else _process()
-                _profiled(session, 3)
+                _profiled(session, 4)
+                profiler = OrtInstrumentor()._profiler
+                assert profiler is not None
+                assert profiler.counts().get("files_deleted") == 1
                 if conversion == "process":
                     assert process is not None and process.pid is not None
-                    assert process.conversions == 3
+                    assert process.conversions == 4
                     pid = process.pid
                     niceness = os.getpriority(os.PRIO_PROCESS, pid)
                 else:
                     assert process is None
-            receiver.wait_for_spans(3 * 3)
+            receiver.wait_for_spans(4 * 3)
             results[conversion] = _by_run(receiver)
             kept = sorted(directory.glob("*.json.gz"))
             assert len(kept) == 3
+            assert all(path.stat().st_mode & 0o777 == 0o600 for path in kept)
+            assert not list(directory.glob("*.tmp"))
+            assert not list((directory / ".pending").glob("*.json"))
             document = kept_document(kept[0])
             assert document["otherData"]["trace_id"]
             results[conversion + " kept"] = sorted(
@@ -187,7 +195,7 @@ def test_the_process_gives_the_spans_and_files_the_thread_gives(
     assert any(
         key.startswith("perf.") for _, nodes in results["process"] for _, a, _ in nodes for key in a
     )
-    assert len(results["process"]) == 3 and all(nodes for _, nodes in results["process"])
+    assert len(results["process"]) == 4 and all(nodes for _, nodes in results["process"])
     assert results["process kept"] == results["thread kept"]
     assert niceness == min(19, os.getpriority(os.PRIO_PROCESS, 0) + conversion_process.NICENESS)
     with pytest.raises(ProcessLookupError):  # ended with the profiler

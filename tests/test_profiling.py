@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_ort import OrtInstrumentor, flush_profiles, profile_next_run, sampling, semconv
 from otel_ort.failures import failure_counts
 from otel_ort.instrumentation import wait_for_profiles
-from otel_ort.profiling import recorded_options
+from otel_ort.profiling import conversion_job, recorded_options
 from otel_ort.profiling.run_options import run_profiling_switch
 from otel_ort.profiling.store import ProfileDirError
 from otel_ort.sampling import Always, EveryNth, Never, ProfileSampler, Ratio
@@ -529,6 +529,29 @@ def test_retention_and_counts(telemetry: Telemetry, tmp_path: Path, mlp_path: Pa
     }
     assert points == {"profiled": 5}
     assert sum(p.value for p in telemetry.points(semconv.METRIC_PROFILE_FILES_DELETED)) == 3
+
+
+def test_a_kept_file_that_cannot_be_written_is_said_and_the_spans_still_go(
+    profiling: Telemetry, profile_dir: Path, mlp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writing the kept file fails (a full disk): the run span says so and the failure is
+    counted; the node spans are still delivered, ORT's file is still deleted, and nothing
+    is counted for retention."""
+
+    def full_disk(data: bytes, path: str) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(conversion_job, "publish_kept", full_disk)
+    session = ort.InferenceSession(mlp_path, providers=CPU)
+    with profile_next_run():
+        session.run(None, X)
+    assert flush_profiles(timeout=60)
+    (span,) = profiled_spans(profiling)
+    error = str(attrs(span)[semconv.PROFILE_ERROR])
+    assert error.startswith("keeping the profile failed: OSError(28")
+    assert children_of(profiling, span)
+    assert profile_files(profile_dir) == [] and raw_files(profile_dir) == []
+    assert profiled_run_counts() == {"profiled": 1, semconv.PROFILE_ERROR_OUTCOME: 1}
 
 
 def test_every_instrument_is_made_once_from_the_meter_provider_given(

@@ -92,7 +92,7 @@ class _HookedSubprocess:
     @staticmethod
     def Popen(args: Any, **kwargs: Any) -> Any:
         env = dict(kwargs.get("env") or os.environ)
-        env["PYTHONPATH"] = os.path.dirname(os.path.abspath(__file__))
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # this server's: this hook's folder first
         env[_IN_CONVERSION_PROCESS] = "1"
         return subprocess.Popen(args, **{**kwargs, "env": env})
 

@@ -146,8 +146,12 @@ class Converter:
             run.files.path,
         )
         done = self._converted(job, destination)
-        if isinstance(done, Lost):
+        remove_files(written)  # now, not after delivery, which may wait on the export queue
+        written.clear()
+        if isinstance(done, Lost):  # the process may have written the kept file, or begun to
             problems.append(done.detail)
+            remove_files([f"{run.files.path}.tmp"])
+            self._retain(store, run, None, problems)
             return
         problems += done.problems
         for failure in done.failures:
@@ -208,10 +212,10 @@ class Converter:
             self._count("spans_dropped", dropped)
 
     def _retain(
-        self, store: ProfileStore, run: ProfiledRun, size: int, problems: list[str]
+        self, store: ProfileStore, run: ProfiledRun, size: int | None, problems: list[str]
     ) -> None:
-        """Retention, with the run's kept file of ``size`` bytes counted; a failure goes to
-        ``problems``."""
+        """Retention, with the run's kept file of ``size`` bytes counted (``None``: if it
+        exists); a failure goes to ``problems``."""
         try:
             deleted = store.retain(run.files.path, size)
         except Exception as exc:

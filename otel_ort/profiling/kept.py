@@ -54,7 +54,10 @@ def publish_run(
 ) -> int:
     """Publish ``profile``'s events enriched and gzip-compressed (``kept_bytes``), delete ORT's
     file, apply retention; return how many old files it deleted."""
-    return store_kept(store, files, kept_bytes(profile, other_data, thread, os.getpid(), tracks))
+    data = kept_bytes(profile, other_data, thread, os.getpid(), tracks)
+    size = publish_kept(data, files.path)
+    remove_files(store.written(files))
+    return store.retain(files.path, size)
 
 
 def kept_bytes(
@@ -81,11 +84,3 @@ def publish_kept(data: bytes, path: str) -> int:
     only; its size in bytes."""
     ProfileStore.publish(data, path)
     return len(data)
-
-
-def store_kept(store: ProfileStore, files: RunFiles, data: bytes) -> int:
-    """Publish a run's kept file (``kept_bytes``), delete ORT's file, apply retention; return
-    how many old files it deleted."""
-    store.publish(data, files.path)
-    remove_files(store.written(files))
-    return store.retain(files.path)

@@ -2,15 +2,17 @@
 how many are kept.
 
 Layout: ORT writes each profiled run into ``<dir>/.pending/<tag>-<n>_<ORT's timestamp>.json``
-(every run its own prefix: runs sharing one collide); the worker then publishes the enriched
-file, gzip-compressed, as ``<dir>/otel-ort_<local time>_<tag>-<n>.json.gz`` (its path is known
-before the run, so the run span can name it) and deletes the pending one. ``<tag>`` is the pid
-and a random part: processes in other pid namespaces (containers) may share the directory, and a
-pid comes back. Each store holds a lock (``flock``) on ``<dir>/.pending/<tag>-alive`` while its
-process lives. Raw and temporary files an hour old whose tag's lock is free are leftovers of a
-process that ended before converting them: the next store made for the directory deletes them
-(and old lock files), and logs how many. A live process's files are never deleted, however old
-(``otel-ort profile`` converts its runs only after the last one).
+(every run its own prefix: runs sharing one collide); the conversion (in the conversion process
+or on the worker) then publishes the enriched file, gzip-compressed, as
+``<dir>/otel-ort_<local time>_<tag>-<n>.json.gz`` (its path is known before the run, so the
+run span can name it), and the worker deletes the pending one and applies retention.
+``<tag>`` is the pid and a random part: processes in other pid namespaces (containers) may
+share the directory, and a pid comes back. Each store holds a lock (``flock``) on
+``<dir>/.pending/<tag>-alive`` while its process lives. Raw and temporary files an hour old
+whose tag's lock is free are leftovers of a process that ended before converting them: the
+next store made for the directory deletes them (and old lock files), and logs how many. A live
+process's files are never deleted, however old (``otel-ort profile`` converts its runs only
+after the last one).
 
 Safety: the directory is created 0700; an existing one must be a real directory (not a
 symlink), owned by this user, writable, and closed to group and others; no parent may let
@@ -297,8 +299,9 @@ class ProfileStore:
             raise
 
     def retain(self, path: str, size: int | None = None) -> int:
-        """Count the newly published ``path`` (of ``size`` bytes, looked up when not given);
-        delete the oldest files over the limits and return how many were deleted."""
+        """Count the newly published ``path`` (of ``size`` bytes; when not given, looked up,
+        and not counted if it is gone); delete the oldest files over the limits and return how
+        many were deleted."""
         with self._lock:
             kept = self._kept
             if size is None:
