@@ -596,3 +596,50 @@ def test_a_conversion_that_fails_there_is_said_and_the_process_goes_on(
     finally:
         process.close()
     assert process.pid is None
+
+
+@pytest.mark.parametrize("renamed", [True, False], ids=["half-written", "written"])
+def test_a_conversion_lost_after_writing_its_kept_file_leaves_no_file_uncounted(
+    tmp_path: Path, mlp_path: Path, monkeypatch: pytest.MonkeyPatch, renamed: bool
+) -> None:
+    """The process converts a run and writes its kept file, then its answer breaks: the run
+    is lost (said on its span), and the kept file counts for retention; a half-written one
+    (still ``.tmp``, as if the process had been killed before its rename) is deleted."""
+    directory = tmp_path / "kept"
+    real_read_frame = frames.read_frame
+
+    def answer_breaks(fd: int, timeout_s: float | None = None) -> Any:
+        real_read_frame(fd, timeout_s)  # converted there, the kept file written
+        if renamed:
+            for kept in directory.glob("*.json.gz"):
+                kept.rename(f"{kept}.tmp")
+        raise EOFError("the answer broke")
+
+    with OtlpReceiver() as receiver:
+        with _exported(receiver, directory, "process", profile_max_files=1):
+            session = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"])
+            _started()
+            monkeypatch.setattr(conversion_process, "read_frame", answer_breaks)
+            _profiled(session, 1)
+            monkeypatch.setattr(conversion_process, "read_frame", real_read_frame)
+            after_lost = sorted(directory.glob("*.json.gz*"))
+            _profiled(session, 1)  # converted by the worker while a new process starts
+            profiler = OrtInstrumentor()._profiler
+            assert profiler is not None
+            deleted = profiler.counts().get("files_deleted", 0)
+        lost = [
+            span
+            for request in receiver.requests
+            for resource_spans in request.resource_spans
+            for scope_spans in resource_spans.scope_spans
+            for span in scope_spans.spans
+            if any(
+                a.key == semconv.PROFILE_ERROR and "the answer broke" in a.value.string_value
+                for a in span.attributes
+            )
+        ]
+    assert len(lost) == 1
+    assert [path.suffix for path in after_lost] == ([] if renamed else [".gz"])
+    assert deleted == (0 if renamed else 1)  # the lost run's file counted, then retired
+    assert len(list(directory.glob("*.json.gz"))) == 1
+    assert not list(directory.glob("*.tmp")) and not list((directory / ".pending").glob("*.json"))
