@@ -66,7 +66,7 @@ def _leave_out(part: str) -> None:
         ],
         "profiled-run": [(wrappers, "prepared", lambda *args: None)],
         "kept-file": [
-            (conversion_job, "publish_kept", lambda data, path: None),  # on the worker
+            (conversion_job, "publish_kept", _no_kept_file),  # on the worker
             (conversion_process, "subprocess", _HookedSubprocess()),  # and in the process
         ],
         "perf-work": [(conversion.Converter, "_perf_counts", lambda self, *args: None)],
@@ -75,6 +75,10 @@ def _leave_out(part: str) -> None:
         raise ValueError(f"OTEL_ORT_BENCH_LEAVE_OUT: unknown part {part!r}")
     for owner, name, replacement in replacements[part]:
         _replace(owner, name, replacement)
+
+
+def _no_kept_file(data: bytes, path: str) -> None:
+    """``publish_kept`` that writes nothing (and so leaves nothing to retain)."""
 
 
 _IN_CONVERSION_PROCESS = "OTEL_ORT_BENCH_IN_CONVERSION_PROCESS"
@@ -102,7 +106,7 @@ def _leave_out_in_conversion_process(part: str) -> None:
     if part == "kept-file":
         from otel_ort.profiling import conversion_job
 
-        _replace(conversion_job, "publish_kept", lambda data, path: None)
+        _replace(conversion_job, "publish_kept", _no_kept_file)
 
 
 if os.environ.get("OTEL_ORT_BENCH_LEAVE_OUT"):

@@ -38,7 +38,7 @@ from otel_ort.profiling.conversion_job import (
 from otel_ort.profiling.conversion_process import ConversionProcess, Lost
 from otel_ort.profiling.profiled_call import ProfiledRun
 from otel_ort.profiling.session_runs import SessionRuns
-from otel_ort.profiling.store import ProfileStore, remove_files
+from otel_ort.profiling.store import ProfileStore, remove_files, temporary_path
 from otel_ort.version import __version__
 
 MAX_DETAIL = 512
@@ -150,7 +150,7 @@ class Converter:
         written.clear()
         if isinstance(done, Lost):  # the process may have written the kept file, or begun to
             problems.append(done.detail)
-            remove_files([f"{run.files.path}.tmp"])
+            remove_files([temporary_path(run.files.path)])
             self._retain(store, run, None, problems)
             return
         problems += done.problems

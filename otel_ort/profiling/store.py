@@ -50,6 +50,7 @@ DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 _PENDING = ".pending"
 _PREFIX = "otel-ort_"
 KEPT_SUFFIX = ".json.gz"
+_TEMPORARY_SUFFIX = ".tmp"
 """A kept file's ending: gzip-compressed Chrome-trace JSON, which Perfetto and Chrome DevTools
 open as they are."""
 _LEFTOVER_AGE_S = 3600.0
@@ -219,7 +220,8 @@ class ProfileStore:
         ``_LEFTOVER_AGE_S`` whose process has ended: a live process's are spared."""
         pending = os.path.join(glob.escape(self.directory), _PENDING)
         leftovers = glob.glob(os.path.join(pending, "*.json"))
-        leftovers += glob.glob(os.path.join(glob.escape(self.directory), f"{_PREFIX}*.tmp"))
+        pattern = f"{_PREFIX}*{_TEMPORARY_SUFFIX}"
+        leftovers += glob.glob(os.path.join(glob.escape(self.directory), pattern))
         others = glob.glob(os.path.join(pending, "probe-*"))
         others += glob.glob(os.path.join(pending, f"*{_ALIVE}"))  # after the files they guard
         old = time.time() - _LEFTOVER_AGE_S
@@ -288,7 +290,7 @@ class ProfileStore:
     @staticmethod
     def publish(data: bytes, path: str) -> None:
         """Write ``data`` to ``path`` as a 0600 file, atomically."""
-        temporary = f"{path}.tmp"  # unique, as ``path`` is; O_EXCL: ours, and 0600
+        temporary = temporary_path(path)  # unique, as ``path`` is; O_EXCL: ours, and 0600
         fd = os.open(temporary, os.O_CREAT | os.O_WRONLY | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             with os.fdopen(fd, "wb") as file:
@@ -363,6 +365,11 @@ def _release(lock: str, fd: int) -> None:
     with contextlib.suppress(OSError):
         os.unlink(lock)
     os.close(fd)
+
+
+def temporary_path(path: str) -> str:
+    """Where ``ProfileStore.publish`` writes ``path``'s bytes before renaming them to it."""
+    return f"{path}{_TEMPORARY_SUFFIX}"
 
 
 def remove_files(paths: list[str]) -> None:
