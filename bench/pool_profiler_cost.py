@@ -14,8 +14,8 @@ the worker thread, so that no conversion process starts beside the timed runs), 
 about ``--seconds`` and reports the process's CPU and the wall time per run. The two kinds
 alternate (ABBA) for ``--rounds`` pairs; the change is the median of the pairs' ratios,
 with their range. ORT's threads wait for work without spinning unless ``--spinning``, as in
-``bench.service_load --no-spinning``: spinning threads make a process's CPU a measure of
-waiting, not of work.
+``bench.service_load`` and the FastAPI example: spinning threads make a process's CPU a
+measure of waiting, not of work.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
                   [--repetitions R] [--seconds S] [--instances N] [--baseline never]
                   [--sampler rate:2/s] [--baseline-perf-events off] [--perf-events off]
                   [--baseline-conversion thread] [--conversion thread]
-                  [--leave-out PART] [--no-spinning])
+                  [--leave-out PART] [--spinning])
 
 Per model, two servers of the same app run side by side, one with the profile sampler
 ``never`` (tracing only) and one with ``rate:2/s``; each exports its spans and metrics over
@@ -35,9 +35,10 @@ prices one part of a profiled run's work: the compared server leaves it out
 start, as the one that leaves a part out must. ``--baseline-conversion`` and ``--conversion``
 set one server's ``OTEL_ORT_PROFILE_CONVERSION``, so that the conversion process can be
 compared with the worker thread (``--baseline rate:2/s --baseline-conversion thread``).
-``--no-spinning``
-runs both servers with ORT's threads waiting for work without spinning (the example's
-``ORT_SERVICE_SPINNING=0``).
+``--spinning``
+runs both servers with ORT's intra-op threads spin-waiting for work (ORT's default, the
+example's ``ORT_SERVICE_SPINNING=1``); without it they wait without spinning, as the example
+serves by default (``--no-spinning`` says so explicitly).
 
 Models: the rapidocr classifier (235 nodes, ~3 ms a run) and recogniser (415 nodes, ~25 ms),
 served through ``ORT_SERVICE_MODEL`` behind one ``Reshape`` (and an ``ArgMax`` for the
@@ -115,6 +116,10 @@ class Server:
         return f"http://127.0.0.1:{self.port}/predict"
 
 
+NO_CONVERSION = frozenset({"conversion", "ort-profiling", "profiled-run"})
+"""The parts ``--leave-out`` names that leave no conversion to run."""
+
+
 @dataclass(frozen=True)
 class Block:
     """One load block on one server."""
@@ -124,17 +129,30 @@ class Block:
     cpu_ms_per_request: float
 
 
+@dataclass(frozen=True)
+class Measured:
+    """What ``measure`` found for one model."""
+
+    blocks: dict[Setup, list[Block]]
+    """Each setup's blocks, in repetition order."""
+    received: list[Received]
+    """What each setup's receivers took, in ``setups`` order."""
+    problems: list[str]
+    """Servers that did not run as their setup says (their figures are not that setup's)."""
+
+
 def start_server(
     setup: Setup,
     model: Path,
     endpoint: str,
     workdir: Path,
-    spinning: bool = True,
+    spinning: bool = False,
     hooked: bool = False,
     hash_seed: str | None = None,
 ) -> Server:
     """The example on uvicorn (one worker, no access log), exporting to ``endpoint``;
-    ``spinning``: ORT's threads spin-wait for work (ORT's default); ``hooked``: with
+    ``spinning``: ORT's threads spin-wait for work (ORT's default, not the example's);
+    ``hooked``: with
     ``bench/leave_out`` loaded at its start (leaving out ``setup.leave_out``, if any);
     ``hash_seed``: its ``PYTHONHASHSEED``."""
     port = free_port()
@@ -252,11 +270,12 @@ def measure(
     seconds: float,
     warmup: float,
     setups: tuple[Setup, Setup] = SETUPS,
-    spinning: bool = True,
+    spinning: bool = False,
     instances: int = 1,
-) -> tuple[dict[Setup, list[Block]], list[Received]]:
+) -> Measured:
     """Blocks per setup of ``setups`` (repetition order, ``instances`` pairs of servers one
-    after the other) and what each setup's receivers took."""
+    after the other), what each setup's receivers took, and each server that should have
+    converted in otel-ort's conversion process but had none at its end."""
     model = flat_model(served, cache)
     workdir = Path(tempfile.mkdtemp(prefix="otel-ort-service-load-"))
     body = workdir / "body.json"
@@ -266,6 +285,7 @@ def measure(
     blocks: dict[Setup, list[Block]] = {setup: [] for setup in setups}
     hooked = any(setup.leave_out is not None for setup in setups)
     taken = [Received(0, 0) for _ in setups]
+    problems: list[str] = []
     for instance in range(instances):
         with SinkProcess(len(setups)) as sink:
             started = setups if instance % 2 == 0 else setups[::-1]  # who starts first, too
@@ -295,6 +315,12 @@ def measure(
                             f"  {served.key} {turn + 1}/{instances * repetitions} {setup.label}: "
                             f"{block.wrk.requests_per_s:.1f} req/s, p99 {block.wrk.p99_ms:.1f} ms"
                         )
+                problems += [
+                    f"{served.key}, pair {instance + 1}: the {setup.label} server had no "
+                    f"conversion process at its end, so its worker converted (see {server.log})"
+                    for setup, server in servers.items()
+                    if converts_in_process(setup) and not child_pids(server.process.pid)
+                ]
             finally:
                 for server in servers.values():
                     stop_server(server)
@@ -303,7 +329,33 @@ def measure(
             Received(was.spans + received[setup].spans, was.run_spans + received[setup].run_spans)
             for was, setup in zip(taken, setups, strict=True)
         ]
-    return blocks, taken
+    return Measured(blocks, taken, problems)
+
+
+def converts_in_process(setup: Setup) -> bool:
+    """Whether a server of ``setup`` converts its profiled runs in otel-ort's conversion
+    process (otel-ort's default), so that it has one once it has profiled a run."""
+    return (
+        setup.sampler != "never"
+        and setup.conversion != "thread"
+        and setup.leave_out not in NO_CONVERSION
+    )
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is process ``pid``."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # it ended meanwhile
+            continue
+        if parent == pid:
+            children.append(int(entry))
+    return children
 
 
 def paired_ratios(base: list[float], other: list[float]) -> list[float]:
@@ -373,9 +425,11 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=None, help="per block; default 2")
     parser.add_argument(
-        "--no-spinning",
-        action="store_true",
-        help="ORT's threads wait for work without spinning (ORT_SERVICE_SPINNING=0), both servers",
+        "--spinning",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="ORT's threads spin-wait for work (ORT's default, ORT_SERVICE_SPINNING=1), both "
+        "servers; default: no spinning, as the example serves",
     )
     parser.add_argument("--baseline", default=SAMPLERS[0], help=f"default {SAMPLERS[0]}")
     parser.add_argument(
@@ -421,22 +475,24 @@ def main() -> None:
     _progress(
         f"service_load: {args.instances} x {repetitions} x {seconds:.0f} s per server and model, "
         f"wrk -t{WRK_THREADS} -c{CONNECTIONS}, ORT's spinning "
-        f"{'off' if args.no_spinning else 'on'}, {time.ctime()}"
+        f"{'on' if args.spinning else 'off'}, {time.ctime()}"
     )
-    rows, pairs = [], []
+    rows, pairs, problems = [], [], []
     for key in keys:
         served = SERVED_MODELS[key]
-        blocks, received = measure(
+        measured = measure(
             served,
             args.cache,
             repetitions,
             seconds,
             3.0,
             setups,
-            not args.no_spinning,
+            args.spinning,
             args.instances,
         )
-        for setup, got in zip(setups, received, strict=True):
+        blocks = measured.blocks
+        problems += measured.problems
+        for setup, got in zip(setups, measured.received, strict=True):
             mine = blocks[setup]
             cells = (
                 served.source.name,
@@ -470,7 +526,7 @@ def main() -> None:
         f"\nservice_load, {time.strftime('%Y-%m-%d')}: medians over "
         f"{args.instances * repetitions} blocks of "
         f"{seconds:.0f} s (wrk -t{WRK_THREADS} -c{CONNECTIONS}; ORT's spinning "
-        f"{'off' if args.no_spinning else 'on'})"
+        f"{'on' if args.spinning else 'off'})"
     )
     print(
         "| model | server | requests/s | p50 ms | p99 ms | server CPU ms/request | RSS MB "
@@ -485,6 +541,9 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|")
     print("\n".join(pairs))
+    if problems:
+        print("\nNot as set up (those servers' figures are not their setup's):")
+        print("\n".join(f"- {problem}" for problem in problems))
 
 
 if __name__ == "__main__":

@@ -24,8 +24,11 @@ import otel_ort
 from bench.leave_out import FOLDER, PARTS
 from bench.otlp_sink import SinkProcess
 from bench.service_load import (
+    NO_CONVERSION,
     Setup,
+    child_pids,
     chosen_setups,
+    converts_in_process,
     mean_interval,
     pair_hash_seed,
     paired_ratios,
@@ -112,6 +115,23 @@ def test_each_pair_of_servers_gets_a_new_hash_seed_unless_the_caller_set_one(
     assert pair_hash_seed() == "7"
     monkeypatch.setenv("PYTHONHASHSEED", "random")
     assert pair_hash_seed() != "random"
+
+
+def test_the_load_bench_knows_which_servers_should_have_a_conversion_process() -> None:
+    """A server that profiles with otel-ort's default conversion has a child process by
+    its end; the bench says so when one has none (its worker converted instead)."""
+    assert converts_in_process(Setup("rate:2/s"))
+    assert converts_in_process(Setup("rate:2/s", leave_out="kept-file"))
+    assert not converts_in_process(Setup("never"))
+    assert not converts_in_process(Setup("rate:2/s", conversion="thread"))
+    assert not any(converts_in_process(Setup("rate:2/s", leave_out=part)) for part in NO_CONVERSION)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert child.pid in child_pids(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+    assert child.pid not in child_pids(os.getpid())
 
 
 def test_the_load_bench_gives_the_mean_an_interval_over_its_pairs_of_servers() -> None:
@@ -228,7 +248,7 @@ def test_a_bench_server_leaves_out_the_part_it_is_told_to(
         assert got["ort_files"] == []
     else:
         assert got["ort_files"] == [part != "ort-profiling"]  # ORT profiled the run, or not
-    converted = part not in ("conversion", "ort-profiling", "profiled-run")
+    converted = part not in NO_CONVERSION
     assert got["in_process"] is (conversion == "process" and converted)
     if perf_counts_here():  # else no node is counted either way
         assert bool(got["counted"]) is counted

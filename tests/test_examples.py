@@ -163,12 +163,12 @@ with TestClient(app):  # the lifespan opens the session
 """
 
 
-@pytest.mark.parametrize(("setting", "expected"), [(None, "ORT's default"), ("0", "0")])
-def test_fastapi_service_keeps_orts_threads_from_spinning_when_asked(
+@pytest.mark.parametrize(("setting", "expected"), [(None, "0"), ("0", "0"), ("1", "ORT's default")])
+def test_fastapi_service_keeps_orts_threads_from_spinning_unless_asked(
     tmp_path: Path, setting: str | None, expected: str
 ) -> None:
-    """``ORT_SERVICE_SPINNING=0`` reaches the session (bench.service_load --no-spinning relies
-    on it); unset, the session is ORT's default."""
+    """The session's intra-op threads do not spin; ``ORT_SERVICE_SPINNING=1`` leaves ORT's
+    default (bench.service_load --spinning relies on it)."""
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "OTEL_ORT_PROFILE_SAMPLER": "never"}
     if setting is not None:
         env["ORT_SERVICE_SPINNING"] = setting

@@ -19,9 +19,10 @@ Settings (environment):
   JSON is kept (default ``~/.cache/otel-ort/profiles``).
 - ``ORT_SERVICE_MODEL``: the ONNX model to serve, with one float32 input ``[batch, features]``
   (default: otel-ort's demo MLP, built once into ``~/.cache/otel-ort/models/``).
-- ``ORT_SERVICE_SPINNING=0``: ORT's threads wait for work without spinning
-  (``session.intra_op.allow_spinning``). Concurrent requests on a few shared cores then leave
-  each other more CPU; ``docs/benchmarks.md`` measures both.
+- ``ORT_SERVICE_SPINNING=1``: ORT's intra-op threads spin-wait for work, ORT's default. The
+  service turns that off (``session.intra_op.allow_spinning=0``): its concurrent requests on a
+  few shared cores would otherwise lose CPU to each other's spinning threads
+  (``docs/decisions.md``).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     # Start-up exports nothing and flushes nothing: it never waits on the collector.
     with tracer.start_as_current_span("startup"):  # one trace: the model load
         options = ort.SessionOptions()
-        if os.environ.get("ORT_SERVICE_SPINNING") == "0":
+        if os.environ.get("ORT_SERVICE_SPINNING") != "1":
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         model.session = ort.InferenceSession(
             model_path(), options, providers=["CPUExecutionProvider"]
