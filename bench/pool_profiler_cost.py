@@ -132,7 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=6, help="ABBA pairs of processes")
     parser.add_argument("--threads", type=int, default=4, help="threads running the session")
     parser.add_argument("--seconds", type=float, default=2.0, help="of runs per process")
-    parser.add_argument("--spinning", action="store_true", help="ORT's threads spin for work")
+    parser.add_argument(
+        "--spinning",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="ORT's threads spin for work (default: they do not)",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     add_model_options(parser, MODELS)
     args = parser.parse_args(argv)

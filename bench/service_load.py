@@ -64,12 +64,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.leave_out import FOLDER as LEAVE_OUT_FOLDER
+from bench.leave_out import NO_CONVERSION
 from bench.leave_out import PARTS as LEAVE_OUT_PARTS
 from bench.otlp_sink import ROOT, Received, SinkProcess
 from bench.service_models import SERVED_MODELS, ServedModel, flat_model, request_body
 from bench.wheel_models import add_model_options, chosen_models
 from bench.wrk import WrkResult, post_script, run_wrk, wrk_binary
-from otel_ort.sampling import parse_sampler
+from otel_ort.environment_variables import OTEL_ORT_PROFILE_CONVERSION
+from otel_ort.sampling import Never, parse_sampler
 from tests.helpers.otlp_receiver import free_port
 
 SAMPLERS = ("never", "rate:2/s")
@@ -116,10 +118,6 @@ class Server:
         return f"http://127.0.0.1:{self.port}/predict"
 
 
-NO_CONVERSION = frozenset({"conversion", "ort-profiling", "profiled-run"})
-"""The parts ``--leave-out`` names that leave no conversion to run."""
-
-
 @dataclass(frozen=True)
 class Block:
     """One load block on one server."""
@@ -130,6 +128,17 @@ class Block:
 
 
 @dataclass(frozen=True)
+class NotAsSetUp:
+    """A server that did not run as its setup says."""
+
+    model: str
+    pair: int
+    setup: Setup
+    why: str
+    log: Path
+
+
+@dataclass(frozen=True)
 class Measured:
     """What ``measure`` found for one model."""
 
@@ -137,7 +146,7 @@ class Measured:
     """Each setup's blocks, in repetition order."""
     received: list[Received]
     """What each setup's receivers took, in ``setups`` order."""
-    problems: list[str]
+    not_as_set_up: list[NotAsSetUp]
     """Servers that did not run as their setup says (their figures are not that setup's)."""
 
 
@@ -152,9 +161,8 @@ def start_server(
 ) -> Server:
     """The example on uvicorn (one worker, no access log), exporting to ``endpoint``;
     ``spinning``: ORT's threads spin-wait for work (ORT's default, not the example's);
-    ``hooked``: with
-    ``bench/leave_out`` loaded at its start (leaving out ``setup.leave_out``, if any);
-    ``hash_seed``: its ``PYTHONHASHSEED``."""
+    ``hooked``: with ``bench/leave_out`` loaded at its start (leaving out
+    ``setup.leave_out``, if any); ``hash_seed``: its ``PYTHONHASHSEED``."""
     port = free_port()
     tag = "".join(c if c.isalnum() else "-" for c in setup.label)
     env = {
@@ -285,7 +293,7 @@ def measure(
     blocks: dict[Setup, list[Block]] = {setup: [] for setup in setups}
     hooked = any(setup.leave_out is not None for setup in setups)
     taken = [Received(0, 0) for _ in setups]
-    problems: list[str] = []
+    not_as_set_up: list[NotAsSetUp] = []
     for instance in range(instances):
         with SinkProcess(len(setups)) as sink:
             started = setups if instance % 2 == 0 else setups[::-1]  # who starts first, too
@@ -315,11 +323,10 @@ def measure(
                             f"  {served.key} {turn + 1}/{instances * repetitions} {setup.label}: "
                             f"{block.wrk.requests_per_s:.1f} req/s, p99 {block.wrk.p99_ms:.1f} ms"
                         )
-                problems += [
-                    f"{served.key}, pair {instance + 1}: the {setup.label} server had no "
-                    f"conversion process at its end, so its worker converted (see {server.log})"
+                not_as_set_up += [
+                    NotAsSetUp(served.key, instance + 1, setup, why, server.log)
                     for setup, server in servers.items()
-                    if converts_in_process(setup) and not child_pids(server.process.pid)
+                    if (why := conversion_check(server)) is not None
                 ]
             finally:
                 for server in servers.values():
@@ -329,31 +336,54 @@ def measure(
             Received(was.spans + received[setup].spans, was.run_spans + received[setup].run_spans)
             for was, setup in zip(taken, setups, strict=True)
         ]
-    return Measured(blocks, taken, problems)
+    return Measured(blocks, taken, not_as_set_up)
+
+
+CONVERSION_FAILED = "the conversion process failed"
+"""What otel-ort's warning says when a server's conversion process fails (its worker then
+converts until a new one is ready, or for good after three failures in a row)."""
 
 
 def converts_in_process(setup: Setup) -> bool:
     """Whether a server of ``setup`` converts its profiled runs in otel-ort's conversion
-    process (otel-ort's default), so that it has one once it has profiled a run."""
+    process (otel-ort's default, unless the setup or the bench's own environment says
+    ``thread``), so that it has one once it has profiled a run."""
+    conversion = setup.conversion or os.environ.get(OTEL_ORT_PROFILE_CONVERSION, "process")
     return (
-        setup.sampler != "never"
-        and setup.conversion != "thread"
+        not isinstance(parse_sampler(setup.sampler), Never)
+        and conversion.strip().lower() != "thread"
         and setup.leave_out not in NO_CONVERSION
     )
 
 
-def child_pids(pid: int) -> list[int]:
-    """The processes whose parent is process ``pid``."""
+def conversion_check(server: Server) -> str | None:
+    """Why ``server`` did not convert in its conversion process throughout, if its setup
+    says it should and it did not: it ended, its log says a conversion process failed, or it
+    has no live conversion process."""
+    if not converts_in_process(server.setup):
+        return None
+    if server.process.poll() is not None:
+        return f"it ended (exit status {server.process.returncode})"
+    if CONVERSION_FAILED in server.log.read_text(errors="replace"):
+        return f"its log says {CONVERSION_FAILED!r}: its worker converted meanwhile"
+    if not live_child_pids(server.process.pid):
+        return "it had no conversion process at its end: its worker converted"
+    return None
+
+
+def live_child_pids(pid: int) -> list[int]:
+    """The processes whose parent is process ``pid``, but those that ended and wait for it
+    to reap them."""
     children = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):  # it ended meanwhile
+                state, parent = stat.read().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):  # it ended meanwhile
             continue
-        if parent == pid:
+        if int(parent) == pid and state != "Z":
             children.append(int(entry))
     return children
 
@@ -477,7 +507,7 @@ def main() -> None:
         f"wrk -t{WRK_THREADS} -c{CONNECTIONS}, ORT's spinning "
         f"{'on' if args.spinning else 'off'}, {time.ctime()}"
     )
-    rows, pairs, problems = [], [], []
+    rows, pairs, not_as_set_up = [], [], []
     for key in keys:
         served = SERVED_MODELS[key]
         measured = measure(
@@ -491,7 +521,7 @@ def main() -> None:
             args.instances,
         )
         blocks = measured.blocks
-        problems += measured.problems
+        not_as_set_up += measured.not_as_set_up
         for setup, got in zip(setups, measured.received, strict=True):
             mine = blocks[setup]
             cells = (
@@ -513,13 +543,14 @@ def main() -> None:
         p99 = paired_ratios([b.wrk.p99_ms for b in base], [b.wrk.p99_ms for b in rate])
         met_rps = 1 - statistics.median(rps) <= TARGET_RPS_DROP
         met_p99 = statistics.median(p99) - 1 <= TARGET_P99_RISE
+        caveat = ", not as set up (below)" if measured.not_as_set_up else ""
         pair = (
             served.source.name,
             _spread(rps),
             mean_interval(rps, args.instances),
-            "met" if met_rps else "missed",
+            ("met" if met_rps else "missed") + caveat,
             _spread(p99),
-            "met" if met_p99 else "missed",
+            ("met" if met_p99 else "missed") + caveat,
         )
         pairs.append("| " + " | ".join(pair) + " |")
     print(
@@ -541,9 +572,13 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|")
     print("\n".join(pairs))
-    if problems:
-        print("\nNot as set up (those servers' figures are not their setup's):")
-        print("\n".join(f"- {problem}" for problem in problems))
+    if not_as_set_up:
+        print("\nNot as set up (their models' figures above are not their setups'):")
+        for server in not_as_set_up:
+            print(
+                f"- {server.model}, pair {server.pair}, the {server.setup.label} server: "
+                f"{server.why} (its log: {server.log})"
+            )
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@ the OTLP sink process, the rapidocr models reshaped for the FastAPI example."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -21,13 +23,14 @@ import onnxruntime as ort
 import pytest
 
 import otel_ort
-from bench.leave_out import FOLDER, PARTS
+from bench.leave_out import FOLDER, NO_CONVERSION, PARTS
 from bench.otlp_sink import SinkProcess
 from bench.service_load import (
-    NO_CONVERSION,
+    CONVERSION_FAILED,
+    Server,
     Setup,
-    child_pids,
     chosen_setups,
+    conversion_check,
     converts_in_process,
     mean_interval,
     pair_hash_seed,
@@ -117,21 +120,75 @@ def test_each_pair_of_servers_gets_a_new_hash_seed_unless_the_caller_set_one(
     assert pair_hash_seed() != "random"
 
 
-def test_the_load_bench_knows_which_servers_should_have_a_conversion_process() -> None:
-    """A server that profiles with otel-ort's default conversion has a child process by
-    its end; the bench says so when one has none (its worker converted instead)."""
+def test_the_load_bench_knows_which_servers_convert_in_a_conversion_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OTEL_ORT_PROFILE_CONVERSION", raising=False)
     assert converts_in_process(Setup("rate:2/s"))
     assert converts_in_process(Setup("rate:2/s", leave_out="kept-file"))
     assert not converts_in_process(Setup("never"))
+    assert not converts_in_process(Setup("NEVER"))
     assert not converts_in_process(Setup("rate:2/s", conversion="thread"))
     assert not any(converts_in_process(Setup("rate:2/s", leave_out=part)) for part in NO_CONVERSION)
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    monkeypatch.setenv("OTEL_ORT_PROFILE_CONVERSION", "thread")  # the servers inherit it
+    assert not converts_in_process(Setup("rate:2/s"))
+    assert converts_in_process(Setup("rate:2/s", conversion="process"))
+
+
+_SERVER_STAND_IN = """
+import subprocess, sys, time
+if sys.argv[1] != "none":  # a child that sleeps, or one that ends and is never reaped
+    child = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+    print(child.pid, flush=True)
+else:
+    print(0, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize(
+    ("child", "log", "said"),
+    [
+        ("import time; time.sleep(60)", "", None),
+        ("none", "", "no conversion process at its end"),
+        ("pass", "", "no conversion process at its end"),  # ended, not reaped: a zombie
+        ("import time; time.sleep(60)", f"otel-ort: {CONVERSION_FAILED}: it ended", "its log"),
+    ],
+)
+def test_the_load_bench_says_when_a_server_did_not_convert_in_its_conversion_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, child: str, log: str, said: str | None
+) -> None:
+    """A stand-in for a server (a real process, with or without a child process) checked as
+    the bench checks each server at the end of its pair."""
+    monkeypatch.delenv("OTEL_ORT_PROFILE_CONVERSION", raising=False)
+    (tmp_path / "server.log").write_text(log)
+    child_pid = 0
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SERVER_STAND_IN, child], stdout=subprocess.PIPE
+    )
     try:
-        assert child.pid in child_pids(os.getpid())
+        assert process.stdout is not None
+        child_pid = int(process.stdout.readline())
+        deadline = time.monotonic() + 30
+        while child == "pass" and time.monotonic() < deadline:  # until it has ended
+            with open(f"/proc/{child_pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.05)
+        for setup in (Setup("rate:2/s"), Setup("never")):
+            why = conversion_check(Server(setup, 0, process, tmp_path / "server.log"))
+            if said is None or setup.sampler == "never":
+                assert why is None
+            else:
+                assert why is not None and said in why
     finally:
-        child.kill()
-        child.wait()
-    assert child.pid not in child_pids(os.getpid())
+        if child_pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child_pid, signal.SIGKILL)
+        process.kill()
+        process.wait()
+    ended = conversion_check(Server(Setup("rate:2/s"), 0, process, tmp_path / "server.log"))
+    assert ended == "it ended (exit status -9)"
 
 
 def test_the_load_bench_gives_the_mean_an_interval_over_its_pairs_of_servers() -> None:
@@ -248,8 +305,8 @@ def test_a_bench_server_leaves_out_the_part_it_is_told_to(
         assert got["ort_files"] == []
     else:
         assert got["ort_files"] == [part != "ort-profiling"]  # ORT profiled the run, or not
-    converted = part not in NO_CONVERSION
-    assert got["in_process"] is (conversion == "process" and converted)
+    setup = Setup("always", conversion=conversion, leave_out=part)
+    assert got["in_process"] is converts_in_process(setup)  # as the load bench expects
     if perf_counts_here():  # else no node is counted either way
         assert bool(got["counted"]) is counted
     else:

@@ -163,12 +163,16 @@ with TestClient(app):  # the lifespan opens the session
 """
 
 
-@pytest.mark.parametrize(("setting", "expected"), [(None, "0"), ("0", "0"), ("1", "ORT's default")])
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [(None, "0"), ("", "0"), ("0", "0"), ("1", "ORT's default"), ("true", None)],
+)
 def test_fastapi_service_keeps_orts_threads_from_spinning_unless_asked(
-    tmp_path: Path, setting: str | None, expected: str
+    tmp_path: Path, setting: str | None, expected: str | None
 ) -> None:
     """The session's intra-op threads do not spin; ``ORT_SERVICE_SPINNING=1`` leaves ORT's
-    default (bench.service_load --spinning relies on it)."""
+    default (bench.service_load --spinning relies on it); any other value stops the service
+    at its start, saying what to set."""
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "OTEL_ORT_PROFILE_SAMPLER": "never"}
     if setting is not None:
         env["ORT_SERVICE_SPINNING"] = setting
@@ -176,6 +180,10 @@ def test_fastapi_service_keeps_orts_threads_from_spinning_unless_asked(
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.grpc_endpoint
         env["OTEL_EXPORTER_OTLP_INSECURE"] = "true"
         completed = run_python(["-c", SPINNING_DRIVER], env)
+    if expected is None:
+        assert completed.returncode == 1 and not completed.stdout
+        assert "ORT_SERVICE_SPINNING='true': set 0" in completed.stderr
+        return
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.splitlines()[-1] == expected
 

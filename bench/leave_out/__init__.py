@@ -24,3 +24,7 @@ PARTS = {
     "it the node spans' perf attributes, the kept file's counter tracks and the placing of "
     "node windows by the calling thread's switches (the counters still count)",
 }
+
+NO_CONVERSION = frozenset({"conversion", "ort-profiling", "profiled-run"})
+"""The parts whose server converts no profile, in otel-ort's conversion process or on its
+worker."""

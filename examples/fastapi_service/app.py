@@ -19,10 +19,10 @@ Settings (environment):
   JSON is kept (default ``~/.cache/otel-ort/profiles``).
 - ``ORT_SERVICE_MODEL``: the ONNX model to serve, with one float32 input ``[batch, features]``
   (default: otel-ort's demo MLP, built once into ``~/.cache/otel-ort/models/``).
-- ``ORT_SERVICE_SPINNING=1``: ORT's intra-op threads spin-wait for work, ORT's default. The
-  service turns that off (``session.intra_op.allow_spinning=0``): its concurrent requests on a
-  few shared cores would otherwise lose CPU to each other's spinning threads
-  (``docs/decisions.md``).
+- ``ORT_SERVICE_SPINNING``: ``0`` (the default) turns ORT's intra-op threads' spin-waiting for
+  work off (``session.intra_op.allow_spinning=0``): the service's concurrent requests on a few
+  shared cores would otherwise lose CPU to each other's spinning threads
+  (``docs/decisions.md``). ``1`` leaves ORT's default, spinning.
 """
 
 from __future__ import annotations
@@ -51,6 +51,13 @@ OrtInstrumentor().instrument(
     profile_sampler=os.environ.get("OTEL_ORT_PROFILE_SAMPLER") or "rate:1/s"
 )
 tracer = trace.get_tracer("ort-service")
+
+SPINNING = os.environ.get("ORT_SERVICE_SPINNING") or "0"
+if SPINNING not in ("0", "1"):
+    raise SystemExit(
+        f"ORT_SERVICE_SPINNING={SPINNING!r}: set 0 (ORT's threads do not spin, the default) "
+        "or 1 (ORT's default, spinning)"
+    )
 
 
 def model_path() -> Path:
@@ -85,7 +92,7 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     # Start-up exports nothing and flushes nothing: it never waits on the collector.
     with tracer.start_as_current_span("startup"):  # one trace: the model load
         options = ort.SessionOptions()
-        if os.environ.get("ORT_SERVICE_SPINNING") != "1":
+        if SPINNING == "0":
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         model.session = ort.InferenceSession(
             model_path(), options, providers=["CPUExecutionProvider"]
