@@ -45,19 +45,19 @@ from pydantic import BaseModel
 import otel_ort
 from otel_ort import OrtInstrumentor, profile_next_run
 
-# OpenTelemetry first, so that the session created at startup is already instrumented.
-telemetry = otel_ort.configure(service_name=os.environ.get("OTEL_SERVICE_NAME") or "ort-service")
-OrtInstrumentor().instrument(
-    profile_sampler=os.environ.get("OTEL_ORT_PROFILE_SAMPLER") or "rate:1/s"
-)
-tracer = trace.get_tracer("ort-service")
-
 SPINNING = os.environ.get("ORT_SERVICE_SPINNING") or "0"
 if SPINNING not in ("0", "1"):
     raise SystemExit(
         f"ORT_SERVICE_SPINNING={SPINNING!r}: set 0 (ORT's threads do not spin, the default) "
         "or 1 (ORT's default, spinning)"
     )
+
+# OpenTelemetry first, so that the session created at startup is already instrumented.
+telemetry = otel_ort.configure(service_name=os.environ.get("OTEL_SERVICE_NAME") or "ort-service")
+OrtInstrumentor().instrument(
+    profile_sampler=os.environ.get("OTEL_ORT_PROFILE_SAMPLER") or "rate:1/s"
+)
+tracer = trace.get_tracer("ort-service")
 
 
 def model_path() -> Path:
