@@ -50,9 +50,10 @@ DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 _PENDING = ".pending"
 _PREFIX = "otel-ort_"
 KEPT_SUFFIX = ".json.gz"
-_TEMPORARY_SUFFIX = ".tmp"
 """A kept file's ending: gzip-compressed Chrome-trace JSON, which Perfetto and Chrome DevTools
 open as they are."""
+_TEMPORARY_SUFFIX = ".tmp"
+"""Added to a kept file's path while it is being written (``temporary_path``)."""
 _LEFTOVER_AGE_S = 3600.0
 _ALIVE = "alive"
 _TAG = re.compile(r"(?:^|_)(\d+-[0-9a-f]{6}-)")
